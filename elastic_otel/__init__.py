@@ -1,0 +1,62 @@
+"""elastic-otel: PyTorch elastic (torchrun) events as OpenTelemetry logs and traces.
+
+Usage::
+
+    # zero-code: pip install elastic-otel[torch], then
+    #   torchrun --event-log-handler otel ... train.py
+
+    # or in code that records torch elastic events itself:
+    import elastic_otel
+    from torch.distributed.elastic import events
+
+    elastic_otel.register()
+    events.record(events.Event("my_event", events.EventSource.AGENT), destination="otel")
+
+Importing this package imports neither torch nor the OpenTelemetry SDK.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "flush", "get_handler", "register", "stats", "unregister"]
+
+
+def register(route_rendezvous: bool | None = None, start: bool = True) -> Any:
+    """Register the ``otel`` destination with torch (see :func:`registration.register`)."""
+    from elastic_otel.registration import register as _register
+
+    return _register(route_rendezvous=route_rendezvous, start=start)
+
+
+def unregister() -> None:
+    """Put torch's own event destinations back."""
+    from elastic_otel.registration import unregister as _unregister
+
+    _unregister()
+
+
+def get_handler() -> Any:
+    """The process-wide :class:`~elastic_otel.handler.OtelHandler`."""
+    from elastic_otel.registration import get_handler as _get_handler
+
+    return _get_handler()
+
+
+def flush(timeout_s: float | None = None) -> bool:
+    """Export everything recorded so far; ``True`` when it all got out within the timeout."""
+    return get_handler().flush(timeout_s)
+
+
+def stats() -> dict[str, int]:
+    """Counters of the bridge: events received, processed, dropped (queue full), unparsed."""
+    from elastic_otel import registration
+
+    handler = registration._handler
+    if handler is None:
+        from elastic_otel.handler import Stats
+
+        return Stats().as_dict()
+    return handler.stats.as_dict()

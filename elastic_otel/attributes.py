@@ -1,0 +1,67 @@
+"""Attribute keys, span names and enumerations the bridge emits.
+
+All project-specific keys share one namespace, ``torchelastic.*``; host, process and
+exception data use the OpenTelemetry semantic-convention names. The README's attribute
+table lists every key with its meaning.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+NS: Final = "torchelastic."
+
+RUN_ID: Final = "torchelastic.run_id"
+RANK: Final = "torchelastic.rank"
+GLOBAL_RANK: Final = "torchelastic.global_rank"
+GROUP_RANK: Final = "torchelastic.group_rank"
+LOCAL_RANK: Final = "torchelastic.local_rank"
+ROLE: Final = "torchelastic.role"
+ROLE_RANK: Final = "torchelastic.role_rank"
+WORKER_ID: Final = "torchelastic.worker_id"
+WORKER_PID: Final = "torchelastic.worker_pid"
+EXIT_CODE: Final = "torchelastic.exit_code"
+STATE: Final = "torchelastic.state"
+NODE_STATE: Final = "torchelastic.node_state"
+ROUND: Final = "torchelastic.round"
+WORLD_SIZE: Final = "torchelastic.world_size"
+LOCAL_ID: Final = "torchelastic.local_id"
+MASTER_ENDPOINT: Final = "torchelastic.master_endpoint"
+RDZV_BACKEND: Final = "torchelastic.rdzv_backend"
+AGENT_RESTARTS: Final = "torchelastic.agent_restarts"
+DURATION_MS: Final = "torchelastic.duration_ms"
+EVENT_NAME: Final = "torchelastic.event.name"
+EVENT_SOURCE: Final = "torchelastic.event.source"
+RDZV_ACTION: Final = "torchelastic.rendezvous.action"
+ERROR_CATEGORY: Final = "torchelastic.error.category"
+UNPARSED: Final = "torchelastic.unparsed"
+PARSE_ERROR: Final = "torchelastic.parse_error"
+RAW: Final = "torchelastic.raw"
+NODE: Final = "torchelastic.node"
+END_REASON: Final = "torchelastic.end_reason"
+JOB_ID: Final = "torchelastic.job_id"
+KEEP_ALIVE_COUNT: Final = "torchelastic.keep_alive.count"
+KEEP_ALIVE_FAILURES: Final = "torchelastic.keep_alive.failures"
+KEEP_ALIVE_LAST_NS: Final = "torchelastic.keep_alive.last_time_unix_nano"
+
+# OpenTelemetry semantic conventions.
+HOST_NAME: Final = "host.name"
+PROCESS_PID: Final = "process.pid"
+EXCEPTION_TYPE: Final = "exception.type"
+EXCEPTION_MESSAGE: Final = "exception.message"
+EXCEPTION_STACKTRACE: Final = "exception.stacktrace"
+
+# Values of torchelastic.event.source.
+SOURCE_AGENT: Final = "AGENT"
+SOURCE_WORKER: Final = "WORKER"
+SOURCE_RENDEZVOUS: Final = "RENDEZVOUS"
+SOURCE_UNKNOWN: Final = "UNKNOWN"
+
+# Span names: low cardinality, the round and rank live in attributes.
+SPAN_RDZV_JOIN: Final = "rendezvous.join"
+SPAN_RDZV_MEMBER: Final = "rendezvous.member"
+SPAN_AGENT_RENDEZVOUS: Final = "agent.rendezvous"
+SPAN_AGENT_ASSIGN_RANKS: Final = "agent.assign_worker_ranks"
+SPAN_WORKER: Final = "worker"
+
+INSTRUMENTATION_SCOPE: Final = "elastic_otel"

@@ -1,0 +1,135 @@
+"""OpenTelemetry emission: log models and finished span records into SDK processors.
+
+Spans are handed to the span processor already finished (``ReadableSpan``), with the trace id
+the model derived and the start time it back-dated: the SDK ``Tracer`` can do neither. Log
+records go through the public ``Logger.emit`` API with the span's context attached.
+
+Every string is clipped to the attribute length limit (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``,
+else :data:`DEFAULT_VALUE_LIMIT`, so that a megabyte traceback never reaches the wire) and
+lone surrogates are replaced, since protobuf refuses to encode them and would drop the batch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from opentelemetry import trace as trace_api
+from opentelemetry._logs import Logger, SeverityNumber
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
+
+from elastic_otel.logs import to_log
+from elastic_otel.parsing import ElasticEvent
+from elastic_otel.tracing import STATUS_ERROR, STATUS_OK, SpanRecord
+
+DEFAULT_VALUE_LIMIT = 16384
+"""Characters kept per string value when ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` is unset."""
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_STATUS = {STATUS_OK: StatusCode.OK, STATUS_ERROR: StatusCode.ERROR}
+
+
+def value_limit() -> int:
+    raw = os.environ.get("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "").strip()
+    try:
+        return max(1, int(raw)) if raw else DEFAULT_VALUE_LIMIT
+    except ValueError:
+        return DEFAULT_VALUE_LIMIT
+
+
+def clean(text: str, limit: int) -> str:
+    """Clip to ``limit`` and make the string encodable as UTF-8."""
+    if len(text) > limit:
+        text = text[:limit]
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def clean_attributes(attrs: dict, limit: int) -> dict:
+    out = {}
+    for key, value in attrs.items():
+        if isinstance(value, str):
+            value = clean(value, limit)
+        out[clean(key, 256) if not key.isascii() else key] = value
+    return out
+
+
+class Emitter:
+    """Turns model output into OTel data on the given logger and span processor."""
+
+    def __init__(
+        self,
+        logger: Logger | None,
+        span_processor: SpanProcessor | None,
+        resource: Resource,
+        scope_version: str = "",
+    ) -> None:
+        self.logger = logger
+        self.span_processor = span_processor
+        self.resource = resource
+        self.scope = InstrumentationScope("elastic_otel", scope_version)
+        self.limit = value_limit()
+
+    def emit_log(self, event: ElasticEvent, trace_id: int, span_id: int) -> None:
+        if self.logger is None:
+            return
+        model = to_log(event)
+        context = None
+        if trace_id and span_id:
+            span = trace_api.NonRecordingSpan(SpanContext(trace_id, span_id, False, _SAMPLED))
+            context = trace_api.set_span_in_context(span)
+        self.logger.emit(
+            timestamp=model.time_ns,
+            observed_timestamp=model.time_ns,
+            context=context,
+            severity_number=SeverityNumber(model.severity_number),
+            severity_text=model.severity_text,
+            body=clean(model.body, self.limit),
+            attributes=clean_attributes(model.attributes, self.limit),
+            event_name=model.event_name,
+        )
+
+    def emit_span(self, record: SpanRecord) -> None:
+        if self.span_processor is None or not record.trace_id:
+            return
+        limit = self.limit
+        context = SpanContext(record.trace_id, record.span_id, False, _SAMPLED)
+        parent = (
+            SpanContext(record.trace_id, record.parent_span_id, False, _SAMPLED)
+            if record.parent_span_id
+            else None
+        )
+        events: Sequence[Event] = [
+            Event(e.name, clean_attributes(e.attributes, limit), e.time_ns) for e in record.events
+        ]
+        links = [
+            Link(SpanContext(lk.trace_id, lk.span_id, False, _SAMPLED), lk.attributes)
+            for lk in record.links
+        ]
+        status_code = _STATUS.get(record.status, StatusCode.UNSET)
+        status = Status(
+            status_code,
+            clean(record.status_message, 1024) if status_code is StatusCode.ERROR else None,
+        )
+        span = ReadableSpan(
+            name=record.name,
+            context=context,
+            parent=parent,
+            resource=self.resource,
+            attributes=clean_attributes(record.attributes, limit),
+            events=events,
+            links=links,
+            status=status,
+            start_time=record.start_ns,
+            end_time=record.end_ns,
+            instrumentation_scope=self.scope,
+        )
+        self.span_processor.on_end(span)

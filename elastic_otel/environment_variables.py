@@ -1,0 +1,46 @@
+"""Environment variables specific to elastic-otel.
+
+Everything the OpenTelemetry specification already names (``OTEL_SDK_DISABLED``,
+``OTEL_SERVICE_NAME``, ``OTEL_EXPORTER_OTLP_*``, ``OTEL_TRACES_EXPORTER``,
+``OTEL_LOGS_EXPORTER``, ``OTEL_BSP_*``, ``OTEL_BLRP_*``, ...) is read by the
+OpenTelemetry SDK itself. Only what OTel has no variable for lives here.
+"""
+
+ELASTIC_OTEL_ENABLED = "ELASTIC_OTEL_ENABLED"
+"""Zero-code activation: ``true`` activates the bridge in every process that imports
+torch's elastic rendezvous, ``false`` never; unset activates it when the torchrun
+event log handler is ``otel`` (``--event-log-handler otel`` or ``PET_EVENT_LOG_HANDLER``)."""
+
+ELASTIC_OTEL_RDZV_EVENTS = "ELASTIC_OTEL_RDZV_EVENTS"
+"""``false`` leaves torch's ``dynamic_rendezvous`` destination alone (default ``true``)."""
+
+ELASTIC_OTEL_TRACES = "ELASTIC_OTEL_TRACES"
+"""``false`` turns the rendezvous/agent/worker span model off, logs only (default ``true``)."""
+
+ELASTIC_OTEL_JOB_ID = "ELASTIC_OTEL_JOB_ID"
+"""Job-unique salt shared by every node of one job, mixed into trace ids."""
+
+ELASTIC_OTEL_EXIT_TIMEOUT = "ELASTIC_OTEL_EXIT_TIMEOUT"
+"""Seconds the process may spend at exit flushing telemetry (default ``2``)."""
+
+ELASTIC_OTEL_QUEUE_SIZE = "ELASTIC_OTEL_QUEUE_SIZE"
+"""Events buffered between torch's thread and the bridge's worker (default ``65536``)."""
+
+ELASTIC_OTEL_MAX_OPEN_SPANS = "ELASTIC_OTEL_MAX_OPEN_SPANS"
+"""Open spans kept per process before the least recently used is ended (default ``10000``)."""
+
+ELASTIC_OTEL_RAW_LIMIT = "ELASTIC_OTEL_RAW_LIMIT"
+"""Characters of unparseable input kept on the flagged log record (default ``4096``)."""
+
+PET_EVENT_LOG_HANDLER = "PET_EVENT_LOG_HANDLER"
+"""torchrun's own variable for ``--event-log-handler``."""
+
+# Scheduler job ids used as trace-id salt when ELASTIC_OTEL_JOB_ID is unset, in this order.
+# Kubernetes sets no job id in the environment: map the Job's uid through the downward API
+# (see README, "Trace model").
+SCHEDULER_JOB_ID_VARIABLES = (
+    "SLURM_JOB_ID",
+    "LSB_JOBID",  # IBM LSF
+    "PBS_JOBID",  # PBS / Torque
+    "FLUX_JOB_ID",
+)

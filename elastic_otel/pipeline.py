@@ -1,0 +1,202 @@
+"""Environment set-up: the OpenTelemetry SDK pipeline, configured as the OTel spec says.
+
+Exporter choice (``OTEL_TRACES_EXPORTER`` / ``OTEL_LOGS_EXPORTER``: ``otlp``, ``console``,
+``none``; default ``otlp``) and the OTLP protocol (``OTEL_EXPORTER_OTLP[_TRACES|_LOGS]_PROTOCOL``)
+are resolved with the SDK's own configuration helpers and entry points; the exporters read
+their ``OTEL_EXPORTER_OTLP_*`` settings and the batch processors their ``OTEL_BSP_*`` /
+``OTEL_BLRP_*`` settings themselves. Nothing here re-implements batching or retries.
+
+When the application already installed SDK providers (``opentelemetry-instrument`` or its
+own code), their processors and resource are used instead of a second pipeline.
+
+The SDK's own exit hooks are not used for pipelines built here: its ``force_flush`` ignores
+its timeout and an export to an unreachable collector retries for ``OTEL_EXPORTER_OTLP_TIMEOUT``
+(10 s). :meth:`Pipeline.shutdown` bounds the whole flush instead, on helper threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry._logs import Logger, get_logger_provider
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+_logger = logging.getLogger(__name__)
+
+DEFAULT_SERVICE_NAME = "torchelastic"
+_SIGNAL_ENV = {"traces": "OTEL_TRACES_EXPORTER", "logs": "OTEL_LOGS_EXPORTER"}
+_ENTRY_POINT_GROUP = {
+    "traces": "opentelemetry_traces_exporter",
+    "logs": "opentelemetry_logs_exporter",
+}
+
+
+def sdk_disabled() -> bool:
+    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
+def build_resource(extra: dict[str, Any] | None = None) -> Resource:
+    """``Resource.create()`` (reads ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME``) with
+    ``service.name`` defaulting to ``torchelastic`` instead of ``unknown_service``."""
+    resource = Resource.create(extra or {})
+    name = str(resource.attributes.get("service.name", ""))
+    defaults: dict[str, Any] = {}
+    if not name or name.startswith("unknown_service"):
+        defaults["service.name"] = DEFAULT_SERVICE_NAME
+    if "host.name" not in resource.attributes:
+        defaults["host.name"] = socket.gethostname()
+    return resource.merge(Resource(defaults)) if defaults else resource
+
+
+def exporter_names(signal: str) -> list[str]:
+    """Entry-point names for ``signal``, after the SDK's OTLP protocol resolution."""
+    raw = os.environ.get(_SIGNAL_ENV[signal], "").strip() or "otlp"
+    if raw.lower() == "none":
+        return []
+    try:
+        from opentelemetry.sdk._configuration import _get_exporter_entry_point
+    except ImportError:  # pragma: no cover - older or newer SDK layout
+
+        def _get_exporter_entry_point(name: str, _signal: Any) -> str:
+            return name
+
+    names = []
+    for name in raw.split(","):
+        name = name.strip()
+        if name and name.lower() != "none":
+            names.append(_get_exporter_entry_point(name, signal))
+    return names
+
+
+def load_exporter(signal: str, name: str) -> Any:
+    """Instantiate the exporter registered as ``name`` (reads its own env configuration)."""
+    found = entry_points(group=_ENTRY_POINT_GROUP[signal], name=name)
+    for ep in found:
+        return ep.load()()
+    raise ValueError(f"unknown {signal} exporter {name!r} in {_SIGNAL_ENV[signal]}")
+
+
+@dataclass
+class Pipeline:
+    """Where the bridge's logs and spans go, and how to flush them."""
+
+    logger: Logger | None
+    span_processor: SpanProcessor | None
+    resource: Resource
+    owned: bool  # built here (we flush and shut it down) or borrowed from the application
+    _closers: list[Callable[[], Any]] = field(default_factory=list)
+    _flushers: list[Callable[[], Any]] = field(default_factory=list)
+
+    def flush(self, timeout_s: float) -> bool:
+        """Export what is buffered, waiting at most ``timeout_s``."""
+        return _run_bounded(self._flushers, timeout_s)
+
+    def shutdown(self, timeout_s: float) -> bool:
+        """Flush, then stop exporters (which also interrupts their retry back-off)."""
+        deadline = time.monotonic() + timeout_s
+        ok = self.flush(max(0.0, timeout_s * 0.75))
+        if self.owned:
+            ok = _run_bounded(self._closers, max(0.05, deadline - time.monotonic())) and ok
+        return ok
+
+
+def build_pipeline(version: str = "") -> Pipeline | None:
+    """The pipeline the environment asks for; ``None`` when ``OTEL_SDK_DISABLED=true``."""
+    if sdk_disabled():
+        return None
+    app_tracer = trace_api.get_tracer_provider()
+    app_logger = get_logger_provider()
+    app_span_processor = getattr(app_tracer, "_active_span_processor", None)
+    if isinstance(app_tracer, TracerProvider) and app_span_processor is not None:
+        return _borrowed(app_tracer, app_logger, app_span_processor, version)
+    return _owned(version)
+
+
+def _borrowed(
+    tracer_provider: TracerProvider, logger_provider: Any, processor: SpanProcessor, version: str
+) -> Pipeline:
+    logger = (
+        logger_provider.get_logger("elastic_otel", version)
+        if isinstance(logger_provider, LoggerProvider)
+        else None
+    )
+    pipeline = Pipeline(logger, processor, tracer_provider.resource, owned=False)
+    pipeline._flushers.append(tracer_provider.force_flush)
+    if isinstance(logger_provider, LoggerProvider):
+        pipeline._flushers.append(logger_provider.force_flush)
+    return pipeline
+
+
+def _owned(version: str) -> Pipeline:
+    resource = build_resource()
+    span_processor: SynchronousMultiSpanProcessor | None = None
+    trace_names = exporter_names("traces")
+    if trace_names:
+        span_processor = SynchronousMultiSpanProcessor()
+        for name in trace_names:
+            exporter: SpanExporter = load_exporter("traces", name)
+            span_processor.add_span_processor(BatchSpanProcessor(exporter))
+    logger_provider: LoggerProvider | None = None
+    log_names = exporter_names("logs")
+    if log_names:
+        logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
+        for name in log_names:
+            log_exporter: LogRecordExporter = load_exporter("logs", name)
+            logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
+    pipeline = Pipeline(
+        logger_provider.get_logger("elastic_otel", version) if logger_provider else None,
+        span_processor,
+        resource,
+        owned=True,
+    )
+    if span_processor is not None:
+        pipeline._flushers.append(span_processor.force_flush)
+        pipeline._closers.append(span_processor.shutdown)
+    if logger_provider is not None:
+        pipeline._flushers.append(logger_provider.force_flush)
+        pipeline._closers.append(logger_provider.shutdown)
+    return pipeline
+
+
+def _run_bounded(calls: list[Callable[[], Any]], timeout_s: float) -> bool:
+    """Run ``calls`` concurrently on daemon threads; give up on them after ``timeout_s``.
+
+    A call still blocked then (an export retrying against a dead collector) is abandoned:
+    its daemon thread ends with the interpreter.
+    """
+    threads = []
+    for call in calls:
+        t = threading.Thread(target=_quiet(call), name="elastic-otel-flush", daemon=True)
+        try:
+            t.start()
+        except RuntimeError:  # interpreter finalising: run inline, it is all we can do
+            _quiet(call)()
+            continue
+        threads.append(t)
+    deadline = time.monotonic() + timeout_s
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return not any(t.is_alive() for t in threads)
+
+
+def _quiet(call: Callable[[], Any]) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            call()
+        except Exception:  # exporter errors are the SDK's to report; never ours to raise
+            _logger.debug("elastic-otel: flush step failed", exc_info=True)
+
+    return run

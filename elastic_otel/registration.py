@@ -1,0 +1,155 @@
+"""torch registration: the ``otel`` destination, rendezvous routing and zero-code activation.
+
+Zero-code activation rides on torch itself: importing ``torch.distributed.elastic.rendezvous``
+(torchrun does, before it parses its arguments) loads the ``torchrun.handlers`` entry-point
+group, where this package registers rendezvous backends. Loading that entry point calls
+:func:`activate_from_environment`. Why this route: a ``.pth`` hook would run in every Python
+process on the machine; this one runs only where torch elastic is imported, costs nothing
+elsewhere, and needs neither a wrapper command nor a change to the training script.
+
+In such a process the ``otel`` destination is always registered (cheaply: the SDK is only
+imported at the first event). The bridge is *activated*, meaning its pipeline is built on the
+main thread right away and ``dynamic_rendezvous`` is routed to it, when the job asks for it:
+``--event-log-handler otel`` / ``PET_EVENT_LOG_HANDLER=otel``, or ``ELASTIC_OTEL_ENABLED=true``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+from elastic_otel import environment_variables as env
+from elastic_otel.handler import OtelHandler, env_flag
+
+DESTINATION = "otel"
+RDZV_DESTINATION = "dynamic_rendezvous"
+_TORCH_LOGGER_PREFIX = "torchelastic-events-"
+
+_lock = threading.RLock()
+_handler: OtelHandler | None = None
+_saved: dict[str, logging.Handler] = {}
+_routed_logger: logging.Logger | None = None
+
+_logger = logging.getLogger("elastic_otel")
+
+
+def get_handler() -> OtelHandler:
+    """The process-wide bridge handler (created on first use, without starting the SDK)."""
+    global _handler
+    with _lock:
+        if _handler is None:
+            _handler = OtelHandler()
+        return _handler
+
+
+def register(route_rendezvous: bool | None = None, start: bool = True) -> OtelHandler:
+    """Register the ``otel`` destination with torch; idempotent and thread-safe.
+
+    ``events.get_logging_handler("otel")`` then returns the bridge handler, and
+    ``events.record(event, "otel")`` / ``torchrun --event-log-handler otel`` reach it. Unless
+    ``route_rendezvous`` is false (default: ``ELASTIC_OTEL_RDZV_EVENTS``, true), torch's
+    ``dynamic_rendezvous`` destination also feeds the bridge; a non-null handler already
+    there keeps receiving events too. ``start`` builds the SDK pipeline now, on this thread.
+    """
+    from torch.distributed.elastic.events import handlers as torch_handlers
+
+    if route_rendezvous is None:
+        route_rendezvous = env_flag(env.ELASTIC_OTEL_RDZV_EVENTS, True)
+    with _lock:
+        handler = get_handler()
+        registry = torch_handlers._log_handlers
+        if registry.get(DESTINATION) is not handler:
+            if DESTINATION in registry:
+                _saved.setdefault(DESTINATION, registry[DESTINATION])
+            registry[DESTINATION] = handler
+        if route_rendezvous:
+            _route_rendezvous(registry, handler)
+        if start:
+            handler.start()
+        return handler
+
+
+def _route_rendezvous(registry: dict[str, logging.Handler], handler: OtelHandler) -> None:
+    global _routed_logger
+    current = registry.get(RDZV_DESTINATION)
+    if current is not handler and type(current) is logging.NullHandler:
+        # torch skips building rendezvous events while this is a NullHandler.
+        _saved.setdefault(RDZV_DESTINATION, current)
+        registry[RDZV_DESTINATION] = handler
+    # torch caches one logger per destination on first use; if it already exists (or a
+    # custom handler stays registered), attach the bridge to that logger as well.
+    # Logger.addHandler ignores a handler that is already there.
+    torch_logger = logging.getLogger(_TORCH_LOGGER_PREFIX + RDZV_DESTINATION)
+    if current is not handler and (
+        (current is not None and type(current) is not logging.NullHandler) or torch_logger.handlers
+    ):
+        torch_logger.addHandler(handler)
+        _routed_logger = torch_logger
+
+
+def unregister() -> None:
+    """Undo :func:`register` (torch's own handlers are put back); the handler keeps running."""
+    global _routed_logger
+    from torch.distributed.elastic.events import handlers as torch_handlers
+
+    with _lock:
+        registry = torch_handlers._log_handlers
+        for dest in (DESTINATION, RDZV_DESTINATION):
+            if registry.get(dest) is _handler:
+                if dest in _saved:
+                    registry[dest] = _saved.pop(dest)
+                else:
+                    del registry[dest]
+            for name in (_TORCH_LOGGER_PREFIX + dest,):
+                logging.getLogger(name).removeHandler(_handler)  # type: ignore[arg-type]
+        _routed_logger = None
+
+
+def requested_by_environment(argv: list[str] | None = None) -> bool:
+    """Whether this process asked for the bridge (see module docstring)."""
+    explicit = os.environ.get(env.ELASTIC_OTEL_ENABLED, "").strip().lower()
+    if explicit:
+        return explicit in ("1", "true", "yes", "on")
+    if os.environ.get(env.PET_EVENT_LOG_HANDLER, "").strip() == DESTINATION:
+        return True
+    argv = sys.argv if argv is None else argv
+    for i, arg in enumerate(argv):
+        if arg in ("--event-log-handler", "--event_log_handler"):
+            if i + 1 < len(argv) and argv[i + 1] == DESTINATION:
+                return True
+        elif arg in ("--event-log-handler=otel", "--event_log_handler=otel"):
+            return True
+    return False
+
+
+def activate_from_environment() -> None:
+    """Entry-point hook: register ``otel``; activate fully when the process asked for it."""
+    try:
+        if requested_by_environment():
+            register(start=True)
+        else:
+            register(route_rendezvous=False, start=False)
+    except Exception as e:  # never break torchrun's start-up
+        _logger.warning("elastic-otel: not activated: %s", e)
+
+
+def _backend_creator(name: str) -> Any:
+    """Activate, then hand torch the creator of the built-in backend ``name``."""
+    activate_from_environment()
+    from torch.distributed.elastic.rendezvous import registry as rdzv_registry
+
+    creators = {
+        "c10d": rdzv_registry._create_c10d_handler,
+        "static": rdzv_registry._create_static_handler,
+        "etcd": rdzv_registry._create_etcd_handler,
+        "etcd-v2": rdzv_registry._create_etcd_v2_handler,
+    }
+    return creators[name]
+
+
+def c10d_handler() -> Any:
+    """``torchrun.handlers`` entry point ``otel-c10d``."""
+    return _backend_creator("c10d")

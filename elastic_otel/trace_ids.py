@@ -1,0 +1,64 @@
+"""Trace identity shared by every node of a rendezvous, without context propagation.
+
+The nodes of a job are separate processes on separate hosts: the only facts they share are
+the rendezvous ``run_id``, the round number, and the environment the scheduler gives the job.
+Each process therefore derives the same 128-bit trace id from ``(salt, run_id, round)``:
+
+* one trace per rendezvous **round**, not per run: a job that restarts 200 times over three
+  days gives 200 small traces Jaeger can open, linked round to round with span links;
+* ``salt`` separates jobs that reuse a run_id: torchrun's default ``--rdzv-id`` is the string
+  ``none``. It is ``ELASTIC_OTEL_JOB_ID`` or a scheduler's job id (Slurm, LSF, PBS, Flux).
+
+Because the id is a hash, trace-id load balancing in a collector tier (the ``loadbalancing``
+exporter with ``routing_key: traceID``) sends all spans of one round to the same backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Mapping
+
+from elastic_otel import environment_variables as env
+
+_logger = logging.getLogger(__name__)
+
+
+def job_salt(environ: Mapping[str, str] | None = None) -> str:
+    """The job-unique salt: ``ELASTIC_OTEL_JOB_ID``, else the first scheduler job id set."""
+    environ = os.environ if environ is None else environ
+    explicit = environ.get(env.ELASTIC_OTEL_JOB_ID, "").strip()
+    if explicit:
+        return explicit
+    for name in env.SCHEDULER_JOB_ID_VARIABLES:
+        value = environ.get(name, "").strip()
+        if value:
+            return f"{name}={value}"
+    return ""
+
+
+def trace_id_for(salt: str, run_id: str, round_key: int | str) -> int:
+    """The trace id of one rendezvous round (never 0, which OTel reserves as invalid)."""
+    digest = hashlib.blake2b(
+        f"{salt}\x00{run_id}\x00{round_key}".encode("utf-8", "surrogatepass"), digest_size=16
+    ).digest()
+    return int.from_bytes(digest, "big") or 1
+
+
+class SaltWarning:
+    """Warns once per process when run_id ``none`` meets an empty salt."""
+
+    def __init__(self) -> None:
+        self._warned = False
+
+    def check(self, salt: str, run_id: str) -> None:
+        if self._warned or salt or run_id not in ("none", ""):
+            return
+        self._warned = True
+        _logger.warning(
+            "elastic-otel: rendezvous run_id is %r and no job id is set, so unrelated jobs "
+            "would share trace ids; set %s (or --rdzv-id) to a value unique to this job",
+            run_id,
+            env.ELASTIC_OTEL_JOB_ID,
+        )
