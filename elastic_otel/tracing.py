@@ -282,6 +282,10 @@ class TraceModel:
         return None
 
     def _rdzv(self, ev: ElasticEvent, out: Output) -> None:
+        if ev.local_id is None and self._latest_node(ev.run_id, pid=ev.pid) is None:
+            # Backend set-up before any join (e.g. "hosts the TCP store"): no node yet.
+            out.logs.append((ev, 0, 0))
+            return
         node = self._node(ev, out)
         action = ev.action
         t = ev.time_ns

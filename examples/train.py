@@ -1,0 +1,52 @@
+"""A tiny CPU data-parallel training script for torchrun (gloo backend).
+
+It does not import elastic_otel: the bridge is activated by ``--event-log-handler otel``.
+
+Environment:
+  TRAIN_STEPS        optimisation steps (default 20)
+  TRAIN_FAIL_RANK    global rank that raises on its first attempt (default: none)
+  TRAIN_FAIL_ONCE_DIR  directory for the marker file that makes the failure happen once
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+
+@record
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    fail_rank = os.environ.get("TRAIN_FAIL_RANK", "")
+    if fail_rank and int(fail_rank) == rank:
+        marker_dir = pathlib.Path(os.environ.get("TRAIN_FAIL_ONCE_DIR", "."))
+        marker = marker_dir / f"failed-rank{rank}"
+        if not marker.exists():
+            marker.write_text(str(restart))
+            raise RuntimeError(f"injected failure on rank {rank} (restart {restart})")
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(int(os.environ.get("TRAIN_STEPS", "20"))):
+        x = torch.randn(16, 8)
+        loss = ((model(x) - x.sum(dim=1, keepdim=True)) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= world
+        opt.step()
+    if rank == 0:
+        print(f"trained on {world} workers, final loss {loss.item():.4f}, restart {restart}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
