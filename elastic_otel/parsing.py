@@ -241,8 +241,7 @@ def _rdzv_event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     elif action in _ROUND_IN_MESSAGE:
         m = _ROUND.search(message)
         if m:
-            round_ = int(m[1])
-            # The wait and redundancy lists name the round the node waits for.
+            round_ = int(m[1])  # the wait and redundancy lists name the round waited for
 
     attrs: Attributes = {
         A.EVENT_SOURCE: A.SOURCE_RENDEZVOUS,
@@ -297,7 +296,11 @@ def _rdzv_event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
 _ROUND_IN_MESSAGE = frozenset(
     {
         RdzvAction.ADDED_TO_PARTICIPANTS,
+        RdzvAction.ADDED_TO_WAIT_LIST,
+        RdzvAction.ADDED_TO_REDUNDANCY_LIST,
         RdzvAction.REMOVED_FROM_PARTICIPANTS,
+        RdzvAction.REMOVED_FROM_WAIT_LIST,
+        RdzvAction.REMOVED_FROM_REDUNDANCY_LIST,
         RdzvAction.MARKED_COMPLETE,
     }
 )

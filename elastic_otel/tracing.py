@@ -347,7 +347,6 @@ class TraceModel:
             A.SPAN_RDZV_JOIN, t, node.base_attributes(), event_limit=self.event_limit
         )
         node.hint = None
-        node.pending.append(ev)
 
     def _resolve_join(self, node: _Node, out: Output) -> None:
         """The join's round is known: give it its trace and release the logs that waited."""

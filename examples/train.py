@@ -6,12 +6,15 @@ Environment:
   TRAIN_STEPS        optimisation steps (default 20)
   TRAIN_FAIL_RANK    global rank that raises on its first attempt (default: none)
   TRAIN_FAIL_ONCE_DIR  directory for the marker file that makes the failure happen once
+  TRAIN_WAIT_FOR_WORLD  idle (up to 120 s) while the world is smaller than this, so that an
+                     elastic scale-up restarts the workers with more nodes
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+import time
 
 import torch
 import torch.distributed as dist
@@ -30,6 +33,11 @@ def main() -> None:
         if not marker.exists():
             marker.write_text(str(restart))
             raise RuntimeError(f"injected failure on rank {rank} (restart {restart})")
+
+    wait_for = int(os.environ.get("TRAIN_WAIT_FOR_WORLD", "0"))
+    deadline = time.monotonic() + 120
+    while world < wait_for and time.monotonic() < deadline:
+        time.sleep(0.2)  # torchrun restarts this worker when more nodes join
 
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1)

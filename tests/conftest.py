@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from otlp_receiver import OtlpReceiver  # noqa: E402
+from otlp_receiver import OtlpReceiver
 
 DATA = Path(__file__).parent / "data"
 

@@ -1,0 +1,103 @@
+"""Run real torchrun agents on localhost for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from otlp_receiver import OtlpReceiver, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAIN = ROOT / "examples" / "train.py"
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+
+
+@dataclass
+class Agent:
+    proc: subprocess.Popen
+    started: float
+
+    def wait(self, timeout: float = 120) -> tuple[int, str]:
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+            raise AssertionError(f"torchrun did not finish in {timeout}s:\n{out[-4000:]}")
+        return self.proc.returncode, out
+
+
+def job_env(receiver: OtlpReceiver | None, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """Environment for a job exporting to ``receiver`` (or nowhere), with a unique job id."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ELASTIC_OTEL_", "PET_"))
+    }
+    env.update(
+        TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
+        ELASTIC_OTEL_JOB_ID=f"test-{uuid.uuid4().hex[:8]}",
+        OTEL_BSP_SCHEDULE_DELAY="200",
+        OTEL_BLRP_SCHEDULE_DELAY="200",
+        OTEL_METRIC_EXPORT_INTERVAL="1000",
+        TRAIN_STEPS="5",
+        TRAIN_FAIL_ONCE_DIR=str(tmp_path),
+        PYTHONUNBUFFERED="1",
+    )
+    if receiver is not None:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
+        env["OTEL_EXPORTER_OTLP_PROTOCOL"] = (
+            "grpc" if receiver.protocol == "grpc" else "http/protobuf"
+        )
+    env.update(extra)
+    return env
+
+
+def start_agent(
+    env: dict[str, str],
+    port: int,
+    run_id: str,
+    nnodes: str = "2",
+    nproc: int = 1,
+    extra_args: tuple[str, ...] = (),
+    handler: str = "otel",
+    backend: str = "c10d",
+    script: Path = TRAIN,
+) -> Agent:
+    cmd = [
+        TORCHRUN,
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc}",
+        f"--rdzv-backend={backend}",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        f"--rdzv-id={run_id}",
+        "--monitor-interval=0.5",
+        "--event-log-handler",
+        handler,
+        *extra_args,
+        str(script),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=str(ROOT),
+    )
+    return Agent(proc, time.monotonic())
+
+
+def run_job(env: dict[str, str], agents: int = 2, **kw: object) -> list[tuple[int, str]]:
+    """Start ``agents`` agents of one job at once and wait for all of them."""
+    port = free_port()
+    run_id = str(kw.pop("run_id", f"run-{uuid.uuid4().hex[:6]}"))
+    started = [start_agent(env, port, run_id, **kw) for _ in range(agents)]  # type: ignore[arg-type]
+    return [a.wait() for a in started]
+
+
+def span_attr(span: dict, key: str) -> object:
+    return span["attributes"].get(key)
