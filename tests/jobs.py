@@ -28,7 +28,7 @@ class Agent:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             out, _ = self.proc.communicate()
-            raise AssertionError(f"torchrun did not finish in {timeout}s:\n{out[-4000:]}")
+            raise AssertionError(f"torchrun did not finish in {timeout}s:\n{out[-4000:]}") from None
         return self.proc.returncode, out
 
 

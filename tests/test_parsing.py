@@ -1,4 +1,4 @@
-"""Conversion of real torch Event / RdzvEvent objects (and their JSON) into events and log models."""
+"""Conversion of real torch Event / RdzvEvent objects and their JSON into events and logs."""
 
 from __future__ import annotations
 
