@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install an etcd server (Debian's etcd-server) for the etcd rendezvous tests; idempotent.
+#
+# tests/test_rendezvous_backends.py starts its own etcd on free loopback ports with the v2 API
+# enabled (torch's etcd backend speaks v2 through python-etcd). Nothing is started here.
+set -euo pipefail
+
+if command -v etcd >/dev/null 2>&1; then
+    echo "etcd already installed: $(etcd --version | head -n 1)"
+    exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    SUDO="sudo"
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# --no-install-recommends: the client (etcd-client) is not needed by the tests.
+$SUDO apt-get install -y -qq --no-install-recommends etcd-server >/dev/null
+# The package may start a system etcd on the default ports (2379/2380); the tests use their
+# own ports, so a running service does no harm, but stop it when there is an init system.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
+    $SUDO systemctl stop etcd || true
+fi
+echo "etcd installed: $(etcd --version | head -n 1)"
