@@ -12,6 +12,11 @@ Usage::
     elastic_otel.register()
     events.record(events.Event("my_event", events.EventSource.AGENT), destination="otel")
 
+    # torchelastic 0.2's event API:
+    from torchelastic import events as te_events
+
+    te_events.configure(elastic_otel.OtelEventHandler(), event_type="torchelastic")
+
 Importing this package imports neither torch nor the OpenTelemetry SDK.
 """
 
@@ -21,7 +26,24 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "flush", "get_handler", "register", "stats", "unregister"]
+__all__ = [
+    "OtelEventHandler",
+    "__version__",
+    "flush",
+    "get_handler",
+    "register",
+    "stats",
+    "unregister",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: the torchelastic 0.2 event handler is imported only when asked for.
+    if name == "OtelEventHandler":
+        from elastic_otel.torchelastic_events import OtelEventHandler
+
+        return OtelEventHandler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(route_rendezvous: bool | None = None, start: bool = True) -> Any:
@@ -51,7 +73,8 @@ def flush(timeout_s: float | None = None) -> bool:
 
 
 def stats() -> dict[str, int]:
-    """Counters of the bridge: events received, processed, dropped (queue full), unparsed."""
+    """Counters of the bridge: events received, processed, unparsed, dropped (queue full),
+    records exported, export failures, records dropped during a collector outage or at exit."""
     from elastic_otel import registration
 
     handler = registration._handler
@@ -59,4 +82,4 @@ def stats() -> dict[str, int]:
         from elastic_otel.handler import Stats
 
         return Stats().as_dict()
-    return handler.stats.as_dict()
+    return handler.all_stats()

@@ -65,3 +65,11 @@ SPAN_AGENT_ASSIGN_RANKS: Final = "agent.assign_worker_ranks"
 SPAN_WORKER: Final = "worker"
 
 INSTRUMENTATION_SCOPE: Final = "elastic_otel"
+
+# torchelastic 0.2 events, rendezvous wrappers and elastic metrics.
+EVENT_TYPE: Final = "torchelastic.event.type"
+"""The ``type`` of a torchelastic 0.2 event: the destination it was recorded to."""
+RDZV_OUTCOME: Final = "torchelastic.rendezvous.outcome"
+"""How a ``next_rendezvous`` call ended: ``ok``, ``closed``, ``timeout`` or ``error``."""
+METRIC_GROUP: Final = "torchelastic.metric_group"
+"""The torchelastic metric group a data point was put in (``torchelastic`` for torch's own)."""

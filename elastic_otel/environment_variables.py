@@ -26,6 +26,10 @@ ELASTIC_OTEL_EXIT_TIMEOUT = "ELASTIC_OTEL_EXIT_TIMEOUT"
 ELASTIC_OTEL_QUEUE_SIZE = "ELASTIC_OTEL_QUEUE_SIZE"
 """Events buffered between torch's thread and the bridge's worker (default ``65536``)."""
 
+ELASTIC_OTEL_RETRY_QUEUE_SIZE = "ELASTIC_OTEL_RETRY_QUEUE_SIZE"
+"""Records per signal held while the collector is unreachable, re-sent when it is back
+(default ``100000``); past it the oldest are dropped and counted."""
+
 ELASTIC_OTEL_MAX_OPEN_SPANS = "ELASTIC_OTEL_MAX_OPEN_SPANS"
 """Open spans kept per process before the least recently used is ended (default ``10000``)."""
 
@@ -44,3 +48,14 @@ SCHEDULER_JOB_ID_VARIABLES = (
     "PBS_JOBID",  # PBS / Torque
     "FLUX_JOB_ID",
 )
+
+ELASTIC_OTEL_METRICS = "ELASTIC_OTEL_METRICS"
+"""``false`` leaves torchelastic's metrics alone when the bridge is activated (default ``true``).
+Where they go is ``OTEL_METRICS_EXPORTER`` (default ``otlp``) and ``OTEL_METRIC_EXPORT_*``."""
+
+# --- OTLP JSON file exporters (elastic_otel.otlp_json) ---------------------------------------
+
+ELASTIC_OTEL_OTLP_JSON_FILE = "ELASTIC_OTEL_OTLP_JSON_FILE"
+"""Output file of the ``otlp_json_file`` exporters (``OTEL_TRACES_EXPORTER`` /
+``OTEL_LOGS_EXPORTER``): one OTLP/JSON export request per line, appended, the format of the
+OpenTelemetry Collector's ``file`` exporter. Several processes may share one file."""

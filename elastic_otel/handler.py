@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import threading
 import time
 from collections import deque
@@ -161,6 +162,16 @@ class OtelHandler(logging.Handler):
         except Exception:  # the training job must never see our failures
             self.stats.internal_errors += 1
 
+    def all_stats(self) -> dict[str, int]:
+        """This handler's counters and its pipeline's delivery counters."""
+        counters = self.stats.as_dict()
+        pipeline = self._pipeline
+        if pipeline is not None and hasattr(pipeline, "delivery"):
+            counters.update(pipeline.delivery.as_dict())
+            counters["pending_export"] = pipeline.pending()
+            counters["export_warnings_suppressed"] = pipeline.warnings.suppressed
+        return counters
+
     # --- life cycle -----------------------------------------------------------------------
 
     def start(self) -> None:
@@ -189,7 +200,28 @@ class OtelHandler(logging.Handler):
                 self._local.inside = False
             self._start_worker()
             atexit.register(self.shutdown)
+            self._install_sigterm()
             self._started = True
+
+    def _install_sigterm(self) -> None:
+        """Flush on SIGTERM where nobody handles it (the default would skip atexit).
+
+        torchrun installs its own handler once workers start (raising SignalException, which
+        exits through atexit); before that, and in plain scripts, this one applies.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        except (ValueError, OSError):
+            pass
+
+    def _on_sigterm(self, signum: int, _frame: object) -> None:
+        self.shutdown(reason=f"process terminated ({signal.Signals(signum).name})", error=True)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
     def _start_worker(self) -> None:
         self._worker = threading.Thread(target=self._run, name="elastic-otel", daemon=True)
@@ -200,6 +232,8 @@ class OtelHandler(logging.Handler):
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Process queued events and export them; ``True`` when all got out in time."""
+        if self._closed:
+            return not self._queue  # logging.shutdown() flushes handlers after our exit flush
         timeout_s = self._exit_timeout if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         drained = self._drain(timeout_s)
@@ -216,9 +250,19 @@ class OtelHandler(logging.Handler):
         try:
             self._drain(self._exit_timeout * 0.5)
             self._local.inside = True
+            if self._model.terminated_by and not error:
+                reason, error = self._model.terminated_by, True
             self._deliver(self._model.close_all(time.time_ns(), reason, error))
-            if self._pipeline is not None:
-                self._pipeline.shutdown(max(0.05, deadline - time.monotonic()))
+            pipeline = self._pipeline
+            if pipeline is not None:
+                pipeline.shutdown(max(0.05, deadline - time.monotonic()))
+                lost = pipeline.delivery.lost_at_exit
+                if lost and not pipeline.warnings.reported:
+                    _logger.warning(
+                        "elastic-otel: %d telemetry records could not be exported before exit "
+                        "(collector unreachable)",
+                        lost,
+                    )
         except Exception:
             self.stats.internal_errors += 1
         finally:

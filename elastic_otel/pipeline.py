@@ -29,10 +29,19 @@ from typing import Any
 from opentelemetry import trace as trace_api
 from opentelemetry._logs import Logger, get_logger_provider
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from elastic_otel import environment_variables as env
+from elastic_otel.delivery import (
+    DEFAULT_RETRY_QUEUE_SIZE,
+    DeliveryStats,
+    ExportWarnings,
+    OutageBuffer,
+    install_export_warnings,
+)
 
 _logger = logging.getLogger(__name__)
 
@@ -97,19 +106,34 @@ class Pipeline:
     span_processor: SpanProcessor | None
     resource: Resource
     owned: bool  # built here (we flush and shut it down) or borrowed from the application
+    delivery: DeliveryStats = field(default_factory=DeliveryStats)
+    warnings: ExportWarnings = field(default_factory=ExportWarnings)
+    buffers: list[OutageBuffer] = field(default_factory=list)
     _closers: list[Callable[[], Any]] = field(default_factory=list)
     _flushers: list[Callable[[], Any]] = field(default_factory=list)
 
+    def pending(self) -> int:
+        """Records held back because the collector did not answer."""
+        return sum(b.pending for b in self.buffers)
+
     def flush(self, timeout_s: float) -> bool:
-        """Export what is buffered, waiting at most ``timeout_s``."""
-        return _run_bounded(self._flushers, timeout_s)
+        """Export what is buffered, waiting at most ``timeout_s``; stop waiting early when an
+        export fails meanwhile (the collector is down: waiting would only delay the exit)."""
+        seen = self.warnings.seen
+        return _run_bounded(self._flushers, timeout_s, lambda: self.warnings.seen > seen)
 
     def shutdown(self, timeout_s: float) -> bool:
         """Flush, then stop exporters (which also interrupts their retry back-off)."""
         deadline = time.monotonic() + timeout_s
+        install_export_warnings(self.warnings)  # exporters may have created loggers late
         ok = self.flush(max(0.0, timeout_s * 0.75))
+        self.delivery.lost_at_exit = self.pending()
         if self.owned:
-            ok = _run_bounded(self._closers, max(0.05, deadline - time.monotonic())) and ok
+            # Exporters first: their shutdown interrupts a retry back-off still in progress,
+            # which the processors' shutdown would otherwise wait out.
+            interrupt = [b.inner.shutdown for b in self.buffers] if not ok else []
+            calls = [*interrupt, *self._closers]
+            ok = _run_bounded(calls, max(0.05, deadline - time.monotonic())) and ok
         return ok
 
 
@@ -142,36 +166,66 @@ def _borrowed(
 
 def _owned(version: str) -> Pipeline:
     resource = build_resource()
+    delivery = DeliveryStats()
+    buffers: list[OutageBuffer] = []
+    retry_size = _env_int(env.ELASTIC_OTEL_RETRY_QUEUE_SIZE, DEFAULT_RETRY_QUEUE_SIZE)
+
+    def buffered(signal: str, name: str) -> OutageBuffer:
+        buffer = OutageBuffer(load_exporter(signal, name), delivery, signal, retry_size)
+        buffers.append(buffer)
+        return buffer
+
+    def chain(*steps: Callable[[], Any]) -> Callable[[], None]:
+        # A processor's flush puts its queue into its buffers; only then are they retried.
+        def run() -> None:
+            for step in steps:
+                step()
+
+        return run
+
     span_processor: SynchronousMultiSpanProcessor | None = None
     trace_names = exporter_names("traces")
     if trace_names:
         span_processor = SynchronousMultiSpanProcessor()
         for name in trace_names:
-            exporter: SpanExporter = load_exporter("traces", name)
-            span_processor.add_span_processor(BatchSpanProcessor(exporter))
+            span_processor.add_span_processor(BatchSpanProcessor(buffered("traces", name)))
     logger_provider: LoggerProvider | None = None
     log_names = exporter_names("logs")
     if log_names:
         logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
         for name in log_names:
-            log_exporter: LogRecordExporter = load_exporter("logs", name)
-            logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
+            logger_provider.add_log_record_processor(
+                BatchLogRecordProcessor(buffered("logs", name))
+            )
     pipeline = Pipeline(
         logger_provider.get_logger("elastic_otel", version) if logger_provider else None,
         span_processor,
         resource,
         owned=True,
+        delivery=delivery,
+        buffers=buffers,
     )
+    install_export_warnings(pipeline.warnings)
+    by_signal = {s: [b.force_flush for b in buffers if b.signal == s] for s in _SIGNAL_ENV}
     if span_processor is not None:
-        pipeline._flushers.append(span_processor.force_flush)
+        pipeline._flushers.append(chain(span_processor.force_flush, *by_signal["traces"]))
         pipeline._closers.append(span_processor.shutdown)
     if logger_provider is not None:
-        pipeline._flushers.append(logger_provider.force_flush)
+        pipeline._flushers.append(chain(logger_provider.force_flush, *by_signal["logs"]))
         pipeline._closers.append(logger_provider.shutdown)
     return pipeline
 
 
-def _run_bounded(calls: list[Callable[[], Any]], timeout_s: float) -> bool:
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, "").strip() or default)
+    except ValueError:
+        return default
+
+
+def _run_bounded(
+    calls: list[Callable[[], Any]], timeout_s: float, give_up: Callable[[], bool] | None = None
+) -> bool:
     """Run ``calls`` concurrently on daemon threads; give up on them after ``timeout_s``.
 
     A call still blocked then (an export retrying against a dead collector) is abandoned:
@@ -188,7 +242,10 @@ def _run_bounded(calls: list[Callable[[], Any]], timeout_s: float) -> bool:
         threads.append(t)
     deadline = time.monotonic() + timeout_s
     for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
+        while t.is_alive() and time.monotonic() < deadline:
+            t.join(min(0.02, max(0.0, deadline - time.monotonic())))
+            if give_up is not None and give_up():
+                return False
     return not any(t.is_alive() for t in threads)
 
 

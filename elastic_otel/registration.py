@@ -136,20 +136,46 @@ def activate_from_environment() -> None:
         _logger.warning("elastic-otel: not activated: %s", e)
 
 
-def _backend_creator(name: str) -> Any:
-    """Activate, then hand torch the creator of the built-in backend ``name``."""
-    activate_from_environment()
-    from torch.distributed.elastic.rendezvous import registry as rdzv_registry
+def activate_metrics() -> None:
+    """Report torchelastic's metrics as OTel metrics too, unless ``ELASTIC_OTEL_METRICS=false``."""
+    try:
+        from elastic_otel import metrics
 
-    creators = {
-        "c10d": rdzv_registry._create_c10d_handler,
-        "static": rdzv_registry._create_static_handler,
-        "etcd": rdzv_registry._create_etcd_handler,
-        "etcd-v2": rdzv_registry._create_etcd_v2_handler,
-    }
-    return creators[name]
+        metrics.install()
+    except Exception as e:  # never break torchrun's start-up
+        _logger.warning("elastic-otel: metrics not activated: %s", e)
+
+
+def _backend_creator(name: str) -> Any:
+    """Activate, then hand torch a creator of the built-in backend ``name``, traced.
+
+    torch's registry calls the creator with ``--rdzv-backend otel-<name>``; the handler it makes
+    wraps the built-in one (:mod:`elastic_otel.rendezvous_tracing`). Metrics are reported
+    whenever the bridge is activated here.
+    """
+    activate_from_environment()
+    if requested_by_environment():
+        activate_metrics()
+    from elastic_otel.rendezvous_tracing import traced_creator
+
+    return traced_creator(name)
 
 
 def c10d_handler() -> Any:
     """``torchrun.handlers`` entry point ``otel-c10d``."""
     return _backend_creator("c10d")
+
+
+def static_handler() -> Any:
+    """``torchrun.handlers`` entry point ``otel-static``."""
+    return _backend_creator("static")
+
+
+def etcd_handler() -> Any:
+    """``torchrun.handlers`` entry point ``otel-etcd``."""
+    return _backend_creator("etcd")
+
+
+def etcd_v2_handler() -> Any:
+    """``torchrun.handlers`` entry point ``otel-etcd-v2``."""
+    return _backend_creator("etcd-v2")

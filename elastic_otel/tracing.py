@@ -214,6 +214,7 @@ class TraceModel:
         self._agents: OrderedDict[str, _Agent] = OrderedDict()
         self._salt_warning = SaltWarning()
         self.evicted = 0
+        self.terminated_by = ""  # set when the agent reports it was killed by a signal
 
     # --- public ---------------------------------------------------------------------------
 
@@ -552,6 +553,9 @@ class TraceModel:
             out.logs.append((ev, trace, span.span_id))
             return
         if ev.state in ("SUCCEEDED", "FAILED"):
+            if ev.error is not None and ev.error.type.endswith("SignalException"):
+                # torchrun turns SIGTERM/SIGINT into SignalException("... got signal: 15")
+                self.terminated_by = f"process terminated ({ev.error.message.strip()[:80]})"
             self._end_workers(agent, t, out, "TERMINATED", f"agent {ev.state.lower()}")
             span = SpanRecord(
                 "agent.run",

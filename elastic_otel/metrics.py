@@ -1,0 +1,352 @@
+"""torchelastic's metrics (``torch.distributed.elastic.metrics``) as OpenTelemetry metrics.
+
+torch's agent publishes metrics with ``put_metric(name, value, group)`` and the ``@prof``
+decorator (``<fn>.success``, ``<fn>.failure``, ``<fn>.duration.ms``). :func:`install` turns
+every value into an OTel data point named ``torchelastic.<name>``:
+
+* ``<fn>.duration.ms`` → histogram ``torchelastic.<fn>.duration``, unit ``ms``;
+* ``<fn>.success``, ``<fn>.failure``, ``*_total``, ``run_*`` and the worker-state counts
+  (``healthy``, ``failed``, ...) → counters;
+* ``remaining_restarts``, ``flakiness`` (unit ``%``) and any name not known here → gauges
+  (the last value: nothing is assumed about how a user's values add up);
+* ``workers.<role>.<name>`` → ``torchelastic.workers.<name>`` with ``torchelastic.role``.
+
+Every point carries ``torchelastic.metric_group``, ``torchelastic.role`` for ``workers.<role>.*``
+and ``torchelastic.run_id`` once known (:func:`set_run_id`, else torchrun's ``--rdzv-id``).
+
+**How the handler is installed, and why this way.** torch resolves a handler per value with
+``getStream(group)``: the handler ``configure()``-d for the group, else the default one. The
+launcher calls ``metrics.initialize_metrics(MetricsConfig(...))`` before the agent runs; in
+open-source torch it does nothing, but it is where a deployment's ``metrics.static_init`` installs
+*its* handlers with ``configure()``, which would replace one configured here, and users configure
+their own handlers per group too. A configured handler can therefore be silently undone, and a
+group nobody configured in advance would be missed. So :func:`install` wraps the lookup itself:
+the stream ``getStream`` returns feeds the bridge *and* the handler torch's table resolves, for
+every group, whatever is configured before or after. :func:`uninstall` puts the lookup back.
+
+Where points go: the application's SDK ``MeterProvider`` when one is installed (e.g. by
+``opentelemetry-instrument``), else one built here from ``OTEL_METRICS_EXPORTER`` (default
+``otlp``) with a ``PeriodicExportingMetricReader`` (``OTEL_METRIC_EXPORT_INTERVAL``), shut down
+at exit within ``ELASTIC_OTEL_EXIT_TIMEOUT`` like the log and span pipeline.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping
+from importlib.metadata import entry_points
+from typing import Any
+
+from elastic_otel import attributes as A
+from elastic_otel import environment_variables as env
+from elastic_otel.handler import DEFAULT_EXIT_TIMEOUT_S, env_flag, env_float
+
+try:  # torch is optional for the package; the handler is a MetricHandler where it exists.
+    from torch.distributed.elastic.metrics.api import MetricHandler as _MetricHandlerBase
+except ImportError:  # pragma: no cover - exercised only without torch
+    _MetricHandlerBase = object  # type: ignore[assignment,misc]
+
+_logger = logging.getLogger("elastic_otel")
+
+PREFIX = "torchelastic."
+COUNTER, HISTOGRAM, GAUGE = "counter", "histogram", "gauge"
+_ENTRY_POINT_GROUP = "opentelemetry_metrics_exporter"
+
+_GAUGES = {"remaining_restarts": "1", "flakiness": "%"}
+_WORKER_STATES = frozenset(
+    {"init", "healthy", "unhealthy", "stopped", "succeeded", "failed", "unknown"}
+)
+_INVALID = re.compile(r"[^-_./a-zA-Z0-9]")
+
+
+def classify(name: str, group: str = "torchelastic") -> tuple[str, str, str, dict[str, str]]:
+    """(OTel name, instrument kind, unit, attributes) of one torchelastic metric."""
+    attrs: dict[str, str] = {A.METRIC_GROUP: group}
+    rest = name
+    otel_prefix = PREFIX
+    if name.startswith("workers.") and name.count(".") >= 2:
+        _, role, rest = name.split(".", 2)
+        attrs[A.ROLE] = role
+        otel_prefix = PREFIX + "workers."
+    if rest.endswith(".duration.ms"):
+        kind, unit, rest = HISTOGRAM, "ms", rest[: -len(".ms")]
+    elif rest in _GAUGES:
+        kind, unit = GAUGE, _GAUGES[rest]
+    elif (
+        rest.endswith((".success", ".failure", "_total"))
+        or rest.startswith("run_")
+        or rest in _WORKER_STATES
+    ):
+        kind, unit = COUNTER, "1"
+    else:
+        kind, unit = GAUGE, "1"
+    return _metric_name(otel_prefix + rest), kind, unit, attrs
+
+
+def _metric_name(name: str) -> str:
+    name = _INVALID.sub("_", name)
+    return name[:255]
+
+
+class OtelMetricHandler(_MetricHandlerBase):  # type: ignore[misc,valid-type]
+    """A torchelastic ``MetricHandler`` recording every value on an OTel ``Meter``."""
+
+    def __init__(self, meter: Any) -> None:
+        self._meter = meter
+        self._instruments: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+        self.errors = 0
+
+    def emit(self, metric_data: Any) -> None:
+        try:
+            name, kind, unit, attrs = classify(
+                str(metric_data.name), str(metric_data.group_name or "")
+            )
+            self.record(kind, name, metric_data.value, attrs, unit)
+        except Exception:  # metrics must never break the agent
+            self.errors += 1
+
+    def record(
+        self, kind: str, name: str, value: float, attrs: Mapping[str, Any], unit: str = "1"
+    ) -> None:
+        """Record ``value`` on the instrument ``name`` of ``kind`` (created once)."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return
+        attributes = dict(attrs)
+        run_id = current_run_id()
+        if run_id and A.RUN_ID not in attributes:
+            attributes[A.RUN_ID] = run_id
+        instrument = self._instrument(kind, name, unit)
+        if kind == COUNTER:
+            if value >= 0:
+                instrument.add(value, attributes)
+        elif kind == HISTOGRAM:
+            instrument.record(value, attributes)
+        else:
+            instrument.set(value, attributes)
+
+    def _instrument(self, kind: str, name: str, unit: str) -> Any:
+        key = (kind, name)
+        instrument = self._instruments.get(key)
+        if instrument is None:
+            with self._lock:
+                instrument = self._instruments.get(key)
+                if instrument is None:
+                    create = {
+                        COUNTER: self._meter.create_counter,
+                        HISTOGRAM: self._meter.create_histogram,
+                        GAUGE: self._meter.create_gauge,
+                    }[kind]
+                    instrument = self._instruments[key] = create(name, unit=unit)
+        return instrument
+
+
+class _TeeHandler(_MetricHandlerBase):  # type: ignore[misc,valid-type]
+    """Feeds the bridge, then the handler torch resolved for the group."""
+
+    __slots__ = ("_first", "_second")
+
+    def __init__(self, first: Any, second: Any) -> None:
+        self._first, self._second = first, second
+
+    def emit(self, metric_data: Any) -> None:
+        self._first.emit(metric_data)
+        self._second.emit(metric_data)
+
+
+# --- run id -----------------------------------------------------------------------------------
+
+_run_id: str | None = None
+_argv_run_id: str | None = None
+_argv_checked = False
+
+
+def set_run_id(run_id: str) -> None:
+    """The rendezvous run id to put on every data point (the traced rendezvous sets it)."""
+    global _run_id
+    _run_id = run_id or None
+
+
+def current_run_id() -> str | None:
+    """:func:`set_run_id`'s value, else torchrun's ``--rdzv-id`` (not with ``--standalone``)."""
+    global _argv_run_id, _argv_checked
+    if _run_id is not None:
+        return _run_id
+    if not _argv_checked:
+        _argv_checked = True
+        from elastic_otel.rendezvous_tracing import torchrun_arguments
+
+        args = torchrun_arguments()
+        if args is not None and not getattr(args, "standalone", False):
+            _argv_run_id = getattr(args, "rdzv_id", None) or None
+    return _argv_run_id
+
+
+# --- provider ---------------------------------------------------------------------------------
+
+
+class _Installed:
+    def __init__(self, handler: OtelMetricHandler, provider: Any, owned: bool) -> None:
+        self.handler, self.provider, self.owned = handler, provider, owned
+        self.closed = False
+        self.originals: dict[Any, Callable[[str], Any]] = {}
+
+
+_lock = threading.RLock()
+_installed: _Installed | None = None
+
+
+def enabled() -> bool:
+    """Whether metrics are wanted: ``ELASTIC_OTEL_METRICS`` unset/true and the SDK enabled."""
+    from elastic_otel.pipeline import sdk_disabled
+
+    return env_flag(env.ELASTIC_OTEL_METRICS, True) and not sdk_disabled()
+
+
+def install(meter_provider: Any = None) -> OtelMetricHandler | None:
+    """Report torchelastic's metrics as OTel metrics (idempotent; see the module docstring).
+
+    ``meter_provider`` defaults to the application's SDK ``MeterProvider``, else one built from
+    the environment. Returns the handler, or ``None`` when metrics are disabled or torch's
+    metrics API is missing.
+    """
+    global _installed
+    if not enabled():
+        return None
+    with _lock:
+        if _installed is not None:
+            return _installed.handler
+        try:
+            from torch.distributed.elastic import metrics as torch_metrics
+            from torch.distributed.elastic.metrics import api as torch_metrics_api
+        except ImportError:
+            return None
+        try:
+            provider, owned = (meter_provider, False) if meter_provider is not None else _provider()
+        except Exception as e:
+            _logger.warning("elastic-otel: metrics disabled, set-up failed: %s", e)
+            return None
+        from elastic_otel import __version__
+
+        handler = OtelMetricHandler(provider.get_meter("elastic_otel", __version__))
+        state = _Installed(handler, provider, owned)
+        original = torch_metrics_api.getStream
+
+        def get_stream(group: str) -> Any:
+            stream = original(group)
+            return torch_metrics_api.MetricStream(group, _TeeHandler(handler, stream.handler))
+
+        for module in (torch_metrics_api, torch_metrics):
+            state.originals[module] = module.getStream
+            module.getStream = get_stream
+        _installed = state
+        if owned:
+            atexit.register(_at_exit, state)
+        return handler
+
+
+def uninstall() -> None:
+    """Put torch's metric lookup back and shut down a provider built here (bounded)."""
+    global _installed
+    with _lock:
+        state, _installed = _installed, None
+    if state is None:
+        return
+    for module, original in state.originals.items():
+        module.getStream = original
+    _shutdown(state)
+
+
+def current_handler() -> OtelMetricHandler | None:
+    """The installed handler, if any (for other parts of the bridge to record on)."""
+    state = _installed
+    return state.handler if state is not None else None
+
+
+def flush(timeout_s: float | None = None) -> bool:
+    """Collect and export now; ``True`` when done within ``timeout_s``."""
+    state = _installed
+    if state is None:
+        return True
+    from elastic_otel.pipeline import _run_bounded
+
+    timeout_s = _exit_timeout() if timeout_s is None else timeout_s
+    return _run_bounded([state.provider.force_flush], timeout_s)
+
+
+def _exit_timeout() -> float:
+    return env_float(env.ELASTIC_OTEL_EXIT_TIMEOUT, DEFAULT_EXIT_TIMEOUT_S)
+
+
+def _shutdown(state: _Installed, also: tuple[Callable[[], Any], ...] = ()) -> None:
+    if state.closed:
+        return
+    state.closed = True
+    from elastic_otel.pipeline import _run_bounded
+
+    # An owned provider's shutdown() collects and exports once more, then stops the exporters.
+    final = state.provider.shutdown if state.owned else state.provider.force_flush
+    _run_bounded([final, *also], _exit_timeout())
+
+
+def _at_exit(state: _Installed) -> None:
+    """Flush metrics and the bridge's logs and spans side by side: one exit bound for both.
+
+    This hook runs before the bridge handler's own (registered earlier); its shutdown is
+    idempotent, so the later call returns at once.
+    """
+    from elastic_otel import registration
+
+    bridge = registration._handler
+    _shutdown(state, (bridge.shutdown,) if bridge is not None else ())
+
+
+def _provider() -> tuple[Any, bool]:
+    from opentelemetry import metrics as metrics_api
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+
+    from elastic_otel.pipeline import build_resource
+
+    app = metrics_api.get_meter_provider()
+    if isinstance(app, MeterProvider):
+        return app, False
+    readers: list[Any] = []
+    for name in exporter_names():
+        cls = _load(name)
+        if isinstance(cls, type) and issubclass(cls, MetricReader):
+            readers.append(cls())
+        else:
+            readers.append(PeriodicExportingMetricReader(cls()))
+    provider = MeterProvider(
+        resource=build_resource(), metric_readers=readers, shutdown_on_exit=False
+    )
+    return provider, True
+
+
+def exporter_names() -> list[str]:
+    """Entry-point names from ``OTEL_METRICS_EXPORTER`` (default ``otlp``), protocol resolved."""
+    raw = os.environ.get("OTEL_METRICS_EXPORTER", "").strip() or "otlp"
+    try:
+        from opentelemetry.sdk._configuration import _get_exporter_entry_point
+    except ImportError:  # pragma: no cover - older or newer SDK layout
+
+        def _get_exporter_entry_point(name: str, _signal: Any) -> str:
+            return name
+
+    names = []
+    for name in raw.split(","):
+        name = name.strip()
+        if name and name.lower() != "none":
+            names.append(_get_exporter_entry_point(name, "metrics"))
+    return names
+
+
+def _load(name: str) -> Any:
+    for ep in entry_points(group=_ENTRY_POINT_GROUP, name=name):
+        return ep.load()
+    raise ValueError(f"unknown metrics exporter {name!r} in OTEL_METRICS_EXPORTER")
