@@ -77,9 +77,4 @@ def stats() -> dict[str, int]:
     records exported, export failures, records dropped during a collector outage or at exit."""
     from elastic_otel import registration
 
-    handler = registration._handler
-    if handler is None:
-        from elastic_otel.handler import Stats
-
-        return Stats().as_dict()
-    return handler.all_stats()
+    return registration.get_handler().all_stats()

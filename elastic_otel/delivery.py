@@ -170,12 +170,15 @@ class ExportWarnings(logging.Filter):
         self.reported = False
         self.suppressed = 0
         self.seen = 0
+        self.queue_full = 0
         self._secrets = _header_values()
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
         self.seen += 1
+        if isinstance(record.msg, str) and record.msg.startswith("Queue full"):
+            self.queue_full += 1  # the SDK's batch processor dropped one record
         if self.reported:
             self.suppressed += 1
             return False

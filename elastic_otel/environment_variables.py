@@ -1,10 +1,15 @@
-"""Environment variables specific to elastic-otel.
+"""Environment variables specific to elastic-otel, their defaults, and tolerant readers.
 
 Everything the OpenTelemetry specification already names (``OTEL_SDK_DISABLED``,
 ``OTEL_SERVICE_NAME``, ``OTEL_EXPORTER_OTLP_*``, ``OTEL_TRACES_EXPORTER``,
 ``OTEL_LOGS_EXPORTER``, ``OTEL_BSP_*``, ``OTEL_BLRP_*``, ...) is read by the
 OpenTelemetry SDK itself. Only what OTel has no variable for lives here.
 """
+
+import logging
+import os
+
+_logger = logging.getLogger("elastic_otel")
 
 ELASTIC_OTEL_ENABLED = "ELASTIC_OTEL_ENABLED"
 """Zero-code activation: ``true`` activates the bridge in every process that imports
@@ -24,7 +29,9 @@ ELASTIC_OTEL_EXIT_TIMEOUT = "ELASTIC_OTEL_EXIT_TIMEOUT"
 """Seconds the process may spend at exit flushing telemetry (default ``2``)."""
 
 ELASTIC_OTEL_QUEUE_SIZE = "ELASTIC_OTEL_QUEUE_SIZE"
-"""Events buffered between torch's thread and the bridge's worker (default ``65536``)."""
+"""Events buffered between torch's thread and the bridge's worker (default ``65536``); also
+the default size of the SDK's batch queues unless ``OTEL_BSP/BLRP_MAX_QUEUE_SIZE`` is set."""
+DEFAULT_QUEUE_SIZE = 65536
 
 ELASTIC_OTEL_RETRY_QUEUE_SIZE = "ELASTIC_OTEL_RETRY_QUEUE_SIZE"
 """Records per signal held while the collector is unreachable, re-sent when it is back
@@ -59,3 +66,27 @@ ELASTIC_OTEL_OTLP_JSON_FILE = "ELASTIC_OTEL_OTLP_JSON_FILE"
 """Output file of the ``otlp_json_file`` exporters (``OTEL_TRACES_EXPORTER`` /
 ``OTEL_LOGS_EXPORTER``): one OTLP/JSON export request per line, appended, the format of the
 OpenTelemetry Collector's ``file`` exporter. Several processes may share one file."""
+
+
+def env_int(name: str, default: int) -> int:
+    """``int(os.environ[name])``; ``default`` when unset, with a warning when malformed."""
+    try:
+        return int(os.environ.get(name, "").strip() or default)
+    except ValueError:
+        _logger.warning("elastic-otel: %s is not an integer, using %s", name, default)
+        return default
+
+
+def env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, "").strip() or default)
+    except ValueError:
+        _logger.warning("elastic-otel: %s is not a number, using %s", name, default)
+        return default
+
+
+def env_flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    return raw in ("1", "true", "yes", "on")

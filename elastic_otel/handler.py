@@ -24,38 +24,20 @@ from collections.abc import Callable
 from typing import Any
 
 from elastic_otel import environment_variables as env
+from elastic_otel.environment_variables import DEFAULT_QUEUE_SIZE, env_flag, env_float, env_int
 from elastic_otel.parsing import DEFAULT_RAW_LIMIT, EventKind, parse_event
 from elastic_otel.trace_ids import job_salt
 from elastic_otel.tracing import DEFAULT_MAX_TRACKED, Output, TraceModel
 
 _logger = logging.getLogger("elastic_otel")
 
-DEFAULT_QUEUE_SIZE = 65536
 DEFAULT_EXIT_TIMEOUT_S = 2.0
 _IDLE_WAKE_S = 1.0
-
-
-def env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, "").strip() or default)
-    except ValueError:
-        _logger.warning("elastic-otel: %s is not an integer, using %s", name, default)
-        return default
-
-
-def env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, "").strip() or default)
-    except ValueError:
-        _logger.warning("elastic-otel: %s is not a number, using %s", name, default)
-        return default
-
-
-def env_flag(name: str, default: bool) -> bool:
-    raw = os.environ.get(name, "").strip().lower()
-    if not raw:
-        return default
-    return raw in ("1", "true", "yes", "on")
+# Keys of the pipeline's delivery counters, present (as 0) before the pipeline exists.
+_DELIVERY_KEYS = (
+    "exported", "export_failed_attempts", "dropped_collector_outage", "lost_at_exit",
+    "pending_export", "export_warnings_suppressed", "dropped_sdk_queue",
+)
 
 
 class Stats:
@@ -165,11 +147,13 @@ class OtelHandler(logging.Handler):
     def all_stats(self) -> dict[str, int]:
         """This handler's counters and its pipeline's delivery counters."""
         counters = self.stats.as_dict()
+        counters.update(dict.fromkeys(_DELIVERY_KEYS, 0))
         pipeline = self._pipeline
         if pipeline is not None and hasattr(pipeline, "delivery"):
             counters.update(pipeline.delivery.as_dict())
             counters["pending_export"] = pipeline.pending()
             counters["export_warnings_suppressed"] = pipeline.warnings.suppressed
+            counters["dropped_sdk_queue"] = pipeline.warnings.queue_full
         return counters
 
     # --- life cycle -----------------------------------------------------------------------

@@ -116,17 +116,19 @@ class Pipeline:
         """Records held back because the collector did not answer."""
         return sum(b.pending for b in self.buffers)
 
-    def flush(self, timeout_s: float) -> bool:
-        """Export what is buffered, waiting at most ``timeout_s``; stop waiting early when an
-        export fails meanwhile (the collector is down: waiting would only delay the exit)."""
+    def flush(self, timeout_s: float, stop_on_failure: bool = False) -> bool:
+        """Export what is buffered, waiting at most ``timeout_s``. With ``stop_on_failure``
+        (at exit) stop waiting as soon as an export fails: the collector is down, and waiting
+        would only delay the exit."""
         seen = self.warnings.seen
-        return _run_bounded(self._flushers, timeout_s, lambda: self.warnings.seen > seen)
+        give_up = (lambda: self.warnings.seen > seen) if stop_on_failure else None
+        return _run_bounded(self._flushers, timeout_s, give_up)
 
     def shutdown(self, timeout_s: float) -> bool:
         """Flush, then stop exporters (which also interrupts their retry back-off)."""
         deadline = time.monotonic() + timeout_s
         install_export_warnings(self.warnings)  # exporters may have created loggers late
-        ok = self.flush(max(0.0, timeout_s * 0.75))
+        ok = self.flush(max(0.0, timeout_s * 0.75), stop_on_failure=True)
         self.delivery.lost_at_exit = self.pending()
         if self.owned:
             # Exporters first: their shutdown interrupts a retry back-off still in progress,
@@ -168,7 +170,7 @@ def _owned(version: str) -> Pipeline:
     resource = build_resource()
     delivery = DeliveryStats()
     buffers: list[OutageBuffer] = []
-    retry_size = _env_int(env.ELASTIC_OTEL_RETRY_QUEUE_SIZE, DEFAULT_RETRY_QUEUE_SIZE)
+    retry_size = env.env_int(env.ELASTIC_OTEL_RETRY_QUEUE_SIZE, DEFAULT_RETRY_QUEUE_SIZE)
 
     def buffered(signal: str, name: str) -> OutageBuffer:
         buffer = OutageBuffer(load_exporter(signal, name), delivery, signal, retry_size)
@@ -183,19 +185,28 @@ def _owned(version: str) -> Pipeline:
 
         return run
 
+    # The bridge's worker fills the SDK's queues much faster than torch records events; the
+    # SDK default (2048) would drop bursts the bridge's own queue accepted. Unless the user
+    # set them, size the SDK queues like the bridge's.
+    queue = env.env_int(env.ELASTIC_OTEL_QUEUE_SIZE, env.DEFAULT_QUEUE_SIZE)
+    bsp = {} if os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE") else {"max_queue_size": queue}
+    blrp = {} if os.environ.get("OTEL_BLRP_MAX_QUEUE_SIZE") else {"max_queue_size": queue}
+
     span_processor: SynchronousMultiSpanProcessor | None = None
     trace_names = exporter_names("traces")
     if trace_names:
         span_processor = SynchronousMultiSpanProcessor()
         for name in trace_names:
-            span_processor.add_span_processor(BatchSpanProcessor(buffered("traces", name)))
+            span_processor.add_span_processor(
+                BatchSpanProcessor(buffered("traces", name), **bsp)
+            )
     logger_provider: LoggerProvider | None = None
     log_names = exporter_names("logs")
     if log_names:
         logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
         for name in log_names:
             logger_provider.add_log_record_processor(
-                BatchLogRecordProcessor(buffered("logs", name))
+                BatchLogRecordProcessor(buffered("logs", name), **blrp)
             )
     pipeline = Pipeline(
         logger_provider.get_logger("elastic_otel", version) if logger_provider else None,
@@ -214,13 +225,6 @@ def _owned(version: str) -> Pipeline:
         pipeline._flushers.append(chain(logger_provider.force_flush, *by_signal["logs"]))
         pipeline._closers.append(logger_provider.shutdown)
     return pipeline
-
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, "").strip() or default)
-    except ValueError:
-        return default
 
 
 def _run_bounded(

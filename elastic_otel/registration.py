@@ -22,7 +22,8 @@ import threading
 from typing import Any
 
 from elastic_otel import environment_variables as env
-from elastic_otel.handler import OtelHandler, env_flag
+from elastic_otel.environment_variables import env_flag
+from elastic_otel.handler import OtelHandler
 
 DESTINATION = "otel"
 RDZV_DESTINATION = "dynamic_rendezvous"

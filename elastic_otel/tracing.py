@@ -553,10 +553,12 @@ class TraceModel:
             out.logs.append((ev, trace, span.span_id))
             return
         if ev.state in ("SUCCEEDED", "FAILED"):
+            reason, killed = f"agent {ev.state.lower()}", False
             if ev.error is not None and ev.error.type.endswith("SignalException"):
                 # torchrun turns SIGTERM/SIGINT into SignalException("... got signal: 15")
                 self.terminated_by = f"process terminated ({ev.error.message.strip()[:80]})"
-            self._end_workers(agent, t, out, "TERMINATED", f"agent {ev.state.lower()}")
+                reason, killed = self.terminated_by, True
+            self._end_workers(agent, t, out, "TERMINATED", reason, error=killed)
             span = SpanRecord(
                 "agent.run",
                 agent.start_ns or t,
