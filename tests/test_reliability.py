@@ -173,7 +173,7 @@ def test_signal_to_agent_delivers_final_events(sig, grpc_receiver: OtlpReceiver,
     grpc_receiver.wait_for_logs(1, timeout=60, where=lambda r: r["body"].endswith(".START"))
     time.sleep(0.5)  # START is recorded just before torchrun installs its signal handlers
     agent.proc.send_signal(sig)
-    rc, out = agent.wait(60)
+    rc, _out = agent.wait(60)
     assert rc != 0
     failed = grpc_receiver.wait_for_logs(
         1,
@@ -439,7 +439,7 @@ def test_attribute_length_limit(monkeypatch, grpc_receiver: OtlpReceiver, make_l
     (log,) = grpc_receiver.wait_for_logs(1)
     assert len(log["attributes"][A.EXCEPTION_STACKTRACE]) == 64
     (span,) = grpc_receiver.wait_for_spans(1)
-    exc = [e for e in span["events"] if e["name"] == "exception"][0]
+    exc = next(e for e in span["events"] if e["name"] == "exception")
     assert len(exc["attributes"][A.EXCEPTION_STACKTRACE]) == 64
 
 
