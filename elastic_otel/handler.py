@@ -66,11 +66,7 @@ class OtelHandler(logging.Handler):
 
     def __init__(self, pipeline_factory: Callable[[], Any] | None = None) -> None:
         super().__init__(level=logging.NOTSET)
-        if pipeline_factory is None:
-            from elastic_otel.pipeline import build_pipeline
-
-            pipeline_factory = build_pipeline
-        self._factory = pipeline_factory
+        self._factory = pipeline_factory  # None: elastic_otel.pipeline.build_pipeline
         self._queue_size = max(1, env_int(env.ELASTIC_OTEL_QUEUE_SIZE, DEFAULT_QUEUE_SIZE))
         self._exit_timeout = env_float(env.ELASTIC_OTEL_EXIT_TIMEOUT, DEFAULT_EXIT_TIMEOUT_S)
         self._raw_limit = env_int(env.ELASTIC_OTEL_RAW_LIMIT, DEFAULT_RAW_LIMIT)
@@ -165,7 +161,10 @@ class OtelHandler(logging.Handler):
                 return
             self._local.inside = True
             try:
-                self._pipeline = self._factory()
+                factory = self._factory
+                if factory is None:
+                    from elastic_otel.pipeline import build_pipeline as factory
+                self._pipeline = factory()
                 if self._pipeline is not None:
                     from elastic_otel import __version__
                     from elastic_otel.emitter import Emitter

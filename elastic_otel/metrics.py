@@ -2,7 +2,8 @@
 
 torch's agent publishes metrics with ``put_metric(name, value, group)`` and the ``@prof``
 decorator (``<fn>.success``, ``<fn>.failure``, ``<fn>.duration.ms``). :func:`install` turns
-every value into an OTel data point named ``torchelastic.<name>``:
+every value into an OTel data point named ``torchelastic.<name>`` (lower-cased, as the SDK
+exports instrument names; characters OTel does not allow become ``_``):
 
 * ``<fn>.duration.ms`` → histogram ``torchelastic.<fn>.duration``, unit ``ms``;
 * ``<fn>.success``, ``<fn>.failure``, ``*_total``, ``run_*`` and the worker-state counts
@@ -34,16 +35,15 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import re
 import threading
 from collections.abc import Callable, Mapping
-from importlib.metadata import entry_points
 from typing import Any
 
 from elastic_otel import attributes as A
 from elastic_otel import environment_variables as env
-from elastic_otel.handler import DEFAULT_EXIT_TIMEOUT_S, env_flag, env_float
+from elastic_otel.environment_variables import env_flag, env_float
+from elastic_otel.handler import DEFAULT_EXIT_TIMEOUT_S
 
 try:  # torch is optional for the package; the handler is a MetricHandler where it exists.
     from torch.distributed.elastic.metrics.api import MetricHandler as _MetricHandlerBase
@@ -54,7 +54,6 @@ _logger = logging.getLogger("elastic_otel")
 
 PREFIX = "torchelastic."
 COUNTER, HISTOGRAM, GAUGE = "counter", "histogram", "gauge"
-_ENTRY_POINT_GROUP = "opentelemetry_metrics_exporter"
 
 _GAUGES = {"remaining_restarts": "1", "flakiness": "%"}
 _WORKER_STATES = frozenset(
@@ -69,7 +68,8 @@ def classify(name: str, group: str = "torchelastic") -> tuple[str, str, str, dic
     rest = name
     otel_prefix = PREFIX
     if name.startswith("workers.") and name.count(".") >= 2:
-        _, role, rest = name.split(".", 2)
+        # torch's are workers.<role>.<one word>: a role may contain dots, the metric does not
+        role, rest = name[len("workers.") :].rsplit(".", 1)
         attrs[A.ROLE] = role
         otel_prefix = PREFIX + "workers."
     if rest.endswith(".duration.ms"):
@@ -88,8 +88,8 @@ def classify(name: str, group: str = "torchelastic") -> tuple[str, str, str, dic
 
 
 def _metric_name(name: str) -> str:
-    name = _INVALID.sub("_", name)
-    return name[:255]
+    # Instrument names are case-insensitive; the SDK exports them lower-cased: say so here.
+    return _INVALID.sub("_", name).lower()[:255]
 
 
 class OtelMetricHandler(_MetricHandlerBase):  # type: ignore[misc,valid-type]
@@ -310,14 +310,14 @@ def _provider() -> tuple[Any, bool]:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 
-    from elastic_otel.pipeline import build_resource
+    from elastic_otel.pipeline import build_resource, exporter_class, exporter_names
 
     app = metrics_api.get_meter_provider()
     if isinstance(app, MeterProvider):
         return app, False
     readers: list[Any] = []
-    for name in exporter_names():
-        cls = _load(name)
+    for name in exporter_names("metrics"):
+        cls = exporter_class("metrics", name)
         if isinstance(cls, type) and issubclass(cls, MetricReader):
             readers.append(cls())
         else:
@@ -326,27 +326,3 @@ def _provider() -> tuple[Any, bool]:
         resource=build_resource(), metric_readers=readers, shutdown_on_exit=False
     )
     return provider, True
-
-
-def exporter_names() -> list[str]:
-    """Entry-point names from ``OTEL_METRICS_EXPORTER`` (default ``otlp``), protocol resolved."""
-    raw = os.environ.get("OTEL_METRICS_EXPORTER", "").strip() or "otlp"
-    try:
-        from opentelemetry.sdk._configuration import _get_exporter_entry_point
-    except ImportError:  # pragma: no cover - older or newer SDK layout
-
-        def _get_exporter_entry_point(name: str, _signal: Any) -> str:
-            return name
-
-    names = []
-    for name in raw.split(","):
-        name = name.strip()
-        if name and name.lower() != "none":
-            names.append(_get_exporter_entry_point(name, "metrics"))
-    return names
-
-
-def _load(name: str) -> Any:
-    for ep in entry_points(group=_ENTRY_POINT_GROUP, name=name):
-        return ep.load()
-    raise ValueError(f"unknown metrics exporter {name!r} in OTEL_METRICS_EXPORTER")

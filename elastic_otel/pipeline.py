@@ -46,11 +46,13 @@ from elastic_otel.delivery import (
 _logger = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_NAME = "torchelastic"
-_SIGNAL_ENV = {"traces": "OTEL_TRACES_EXPORTER", "logs": "OTEL_LOGS_EXPORTER"}
-_ENTRY_POINT_GROUP = {
-    "traces": "opentelemetry_traces_exporter",
-    "logs": "opentelemetry_logs_exporter",
+_SIGNAL_ENV = {
+    "traces": "OTEL_TRACES_EXPORTER",
+    "logs": "OTEL_LOGS_EXPORTER",
+    "metrics": "OTEL_METRICS_EXPORTER",
 }
+_ENTRY_POINT_GROUP = {signal: f"opentelemetry_{signal}_exporter" for signal in _SIGNAL_ENV}
+_SPAN_AND_LOG = ("traces", "logs")
 
 
 def sdk_disabled() -> bool:
@@ -90,12 +92,16 @@ def exporter_names(signal: str) -> list[str]:
     return names
 
 
-def load_exporter(signal: str, name: str) -> Any:
-    """Instantiate the exporter registered as ``name`` (reads its own env configuration)."""
-    found = entry_points(group=_ENTRY_POINT_GROUP[signal], name=name)
-    for ep in found:
-        return ep.load()()
+def exporter_class(signal: str, name: str) -> Any:
+    """The exporter (or metric reader) class registered as ``name`` for ``signal``."""
+    for ep in entry_points(group=_ENTRY_POINT_GROUP[signal], name=name):
+        return ep.load()
     raise ValueError(f"unknown {signal} exporter {name!r} in {_SIGNAL_ENV[signal]}")
+
+
+def load_exporter(signal: str, name: str) -> Any:
+    """Instantiate the exporter registered as ``name`` (it reads its own env configuration)."""
+    return exporter_class(signal, name)()
 
 
 @dataclass
@@ -217,7 +223,7 @@ def _owned(version: str) -> Pipeline:
         buffers=buffers,
     )
     install_export_warnings(pipeline.warnings)
-    by_signal = {s: [b.force_flush for b in buffers if b.signal == s] for s in _SIGNAL_ENV}
+    by_signal = {s: [b.force_flush for b in buffers if b.signal == s] for s in _SPAN_AND_LOG}
     if span_processor is not None:
         pipeline._flushers.append(chain(span_processor.force_flush, *by_signal["traces"]))
         pipeline._closers.append(span_processor.shutdown)

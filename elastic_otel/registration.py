@@ -53,7 +53,8 @@ def register(route_rendezvous: bool | None = None, start: bool = True) -> OtelHa
     ``events.record(event, "otel")`` / ``torchrun --event-log-handler otel`` reach it. Unless
     ``route_rendezvous`` is false (default: ``ELASTIC_OTEL_RDZV_EVENTS``, true), torch's
     ``dynamic_rendezvous`` destination also feeds the bridge; a non-null handler already
-    there keeps receiving events too. ``start`` builds the SDK pipeline now, on this thread.
+    there keeps receiving events too. ``start`` builds the SDK pipeline now, on this thread,
+    and reports torch's elastic metrics as OTel metrics (unless ``ELASTIC_OTEL_METRICS=false``).
     """
     from torch.distributed.elastic.events import handlers as torch_handlers
 
@@ -70,6 +71,7 @@ def register(route_rendezvous: bool | None = None, start: bool = True) -> OtelHa
             _route_rendezvous(registry, handler)
         if start:
             handler.start()
+            activate_metrics()
         return handler
 
 
@@ -155,8 +157,6 @@ def _backend_creator(name: str) -> Any:
     whenever the bridge is activated here.
     """
     activate_from_environment()
-    if requested_by_environment():
-        activate_metrics()
     from elastic_otel.rendezvous_tracing import traced_creator
 
     return traced_creator(name)

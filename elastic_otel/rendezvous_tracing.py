@@ -19,12 +19,14 @@ No duplicates: when the wrapped handler is a ``DynamicRendezvousHandler`` and to
 ``dynamic_rendezvous`` events already reach the bridge, the wrapper only adds metrics.
 
 torchrun uses it through the ``torchrun.handlers`` entry points ``otel-c10d``, ``otel-static``,
-``otel-etcd`` and ``otel-etcd-v2`` (:func:`traced_creator`). torch's registry requires
-``get_backend()`` to equal the requested name (``otel-static``), so a handler made there
-reports that name; one wrapped in code reports the wrapped backend's name. No torch code
-compares ``get_backend()`` with a built-in name: torchrun's ``static`` special cases look at
-its ``--rdzv-backend`` argument instead, and :func:`traced_creator` fills in what torchrun
-gives ``static`` only (the node rank, and the ``--master-addr:--master-port`` endpoint).
+``otel-etcd`` and ``otel-etcd-v2`` (:func:`traced_creator`); choosing one asks for telemetry, so
+it activates the bridge and its metrics unless ``ELASTIC_OTEL_ENABLED=false``.
+
+torch's registry requires ``get_backend()`` to equal the requested name (``otel-static``), so a
+handler made there reports that name; one wrapped in code reports the wrapped backend's name.
+No torch code compares ``get_backend()`` with a built-in name: torchrun's ``static`` special
+cases look at its ``--rdzv-backend`` argument instead, and :func:`traced_creator` fills in what
+torchrun gives ``static`` only (the node rank, and the ``--master-addr:--master-port`` endpoint).
 """
 
 from __future__ import annotations

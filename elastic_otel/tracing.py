@@ -290,6 +290,10 @@ class TraceModel:
         node = self._node(ev, out)
         action = ev.action
         t = ev.time_ns
+        if not node.backend:  # torch's own events lack it; the traced backends add it
+            backend = ev.attributes.get(A.RDZV_BACKEND)
+            if isinstance(backend, str):
+                node.backend = backend
 
         if action is RdzvAction.JOIN_ATTEMPT:
             self._start_join(node, ev, out)
@@ -520,12 +524,12 @@ class TraceModel:
         if ev.role:
             agent.role = ev.role
         node = self._latest_node(ev.run_id)
-        if (
-            node is not None
-            and not node.backend
-            and isinstance(ev.attributes.get(A.RDZV_BACKEND), str)
-        ):
-            node.backend = str(ev.attributes[A.RDZV_BACKEND])
+        backend = ev.attributes.get(A.RDZV_BACKEND)
+        if node is not None and not node.backend and isinstance(backend, str):
+            # The agent's first events follow the first join: label its open member span.
+            node.backend = backend
+            if node.member is not None:
+                node.member.attributes.setdefault(A.RDZV_BACKEND, backend)
         t = ev.time_ns
         trace, parent = self._agent_context(agent, node, ev)
 
