@@ -85,7 +85,8 @@ def output_path(path: str | os.PathLike[str] | None) -> str:
     path = os.fspath(path)
     if not path:
         raise ValueError(
-            f"the otlp_json_file exporter needs an output file: set {env.ELASTIC_OTEL_OTLP_JSON_FILE}"
+            "the otlp_json_file exporter needs an output file: set "
+            + env.ELASTIC_OTEL_OTLP_JSON_FILE
         )
     return path
 
@@ -119,6 +120,8 @@ class OtlpJsonFileSpanExporter(SpanExporter):
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self._file = AppendOnlyFile(output_path(path))
+        self.exported = 0  # records written
+        self.failed = 0  # records that could not be written
 
     @property
     def path(self) -> str:
@@ -130,7 +133,9 @@ class OtlpJsonFileSpanExporter(SpanExporter):
         try:
             self._file.write_line(spans_to_json(spans))
         except (OSError, ValueError):
+            self.failed += len(spans)
             return SpanExportResult.FAILURE
+        self.exported += len(spans)
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
@@ -145,6 +150,8 @@ class OtlpJsonFileLogExporter(LogRecordExporter):
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self._file = AppendOnlyFile(output_path(path))
+        self.exported = 0  # records written
+        self.failed = 0  # records that could not be written
 
     @property
     def path(self) -> str:
@@ -156,7 +163,9 @@ class OtlpJsonFileLogExporter(LogRecordExporter):
         try:
             self._file.write_line(logs_to_json(batch))
         except (OSError, ValueError):
+            self.failed += len(batch)
             return LogRecordExportResult.FAILURE
+        self.exported += len(batch)
         return LogRecordExportResult.SUCCESS
 
     def shutdown(self) -> None:
@@ -186,23 +195,31 @@ def read_otlp_json(path: str | os.PathLike[str]) -> tuple[list[Item], list[Item]
     logs: list[Item] = []
     with _open_text(path) as f:
         for number, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
+            if not line.strip():
                 continue
             try:
-                data = json.loads(line)
-            except ValueError as e:
-                raise OtlpJsonError(f"{os.fspath(path)}:{number}: not JSON ({e})") from None
-            if not isinstance(data, dict) or not (
-                "resourceSpans" in data or "resourceLogs" in data or "resourceMetrics" in data
-            ):
-                raise OtlpJsonError(f"{os.fspath(path)}:{number}: not an OTLP/JSON export request")
-            try:
-                spans.extend(_decode_spans(data))
-                logs.extend(_decode_logs(data))
-            except (TypeError, ValueError, AttributeError) as e:
-                raise OtlpJsonError(f"{os.fspath(path)}:{number}: malformed OTLP/JSON ({e})") from None
+                line_spans, line_logs = decode_line(line)
+            except OtlpJsonError as e:
+                raise OtlpJsonError(f"{os.fspath(path)}:{number}: {e}") from None
+            spans += line_spans
+            logs += line_logs
     return spans, logs
+
+
+def decode_line(line: str) -> tuple[list[Item], list[Item]]:
+    """The spans and log records of one OTLP/JSON line (see :func:`read_otlp_json`)."""
+    try:
+        data = json.loads(line)
+    except ValueError as e:
+        raise OtlpJsonError(f"not JSON ({e})") from None
+    if not isinstance(data, dict) or not (
+        "resourceSpans" in data or "resourceLogs" in data or "resourceMetrics" in data
+    ):
+        raise OtlpJsonError("not an OTLP/JSON export request")
+    try:
+        return list(_decode_spans(data)), list(_decode_logs(data))
+    except (TypeError, ValueError, AttributeError, KeyError) as e:
+        raise OtlpJsonError(f"malformed OTLP/JSON ({type(e).__name__}: {e})") from None
 
 
 def _open_text(path: str | os.PathLike[str]) -> IO[str]:
