@@ -41,13 +41,16 @@ _logger = logging.getLogger("elastic_otel")
 class DeliveryStats:
     """Export counters shared by all buffers of one pipeline."""
 
-    __slots__ = ("_lock", "dropped_outage", "exported", "failed_attempts", "lost_at_exit")
+    __slots__ = (
+        "_lock", "dropped_invalid", "dropped_outage", "exported", "failed_attempts", "lost_at_exit"
+    )
 
     def __init__(self) -> None:
         self.exported = 0
         self.failed_attempts = 0
         self.dropped_outage = 0
         self.lost_at_exit = 0  # still buffered when the exit flush ran out of time
+        self.dropped_invalid = 0  # records an exporter raised on (e.g. unencodable)
         self._lock = threading.Lock()
 
     def add(self, name: str, n: int) -> None:
@@ -60,6 +63,7 @@ class DeliveryStats:
             "export_failed_attempts": self.failed_attempts,
             "dropped_collector_outage": self.dropped_outage,
             "lost_at_exit": self.lost_at_exit,
+            "dropped_invalid": self.dropped_invalid,
         }
 
 
@@ -86,6 +90,7 @@ class OutageBuffer:
         self._retry_at = 0.0
         self._backoff = _FIRST_BACKOFF_S
         self._warned_overflow = False
+        self._warned_invalid = False
         self._success = _result(inner, "SUCCESS")
         self._failure = _result(inner, "FAILURE")
 
@@ -106,8 +111,15 @@ class OutageBuffer:
             chunk = [self._backlog.popleft() for _ in range(min(_CHUNK, len(self._backlog)))]
             try:
                 ok = _is_success(self.inner.export(chunk))
-            except Exception:  # an exporter bug must not kill the SDK's worker
-                ok = False
+            except Exception as e:
+                # Not an outage: this chunk cannot be encoded or sent, and retrying it would
+                # block every record behind it. Drop it, count it, say so once.
+                self.stats.add("dropped_invalid", len(chunk))
+                if not self._warned_invalid:
+                    self._warned_invalid = True
+                    _logger.warning("elastic-otel: dropped %d %s records the exporter rejected "
+                                    "(%s: %s)", len(chunk), self.signal, type(e).__name__, e)
+                continue
             if ok:
                 self.stats.add("exported", len(chunk))
                 self._backoff = _FIRST_BACKOFF_S
@@ -171,7 +183,6 @@ class ExportWarnings(logging.Filter):
         self.suppressed = 0
         self.seen = 0
         self.queue_full = 0
-        self._secrets = _header_values()
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
@@ -187,7 +198,7 @@ class ExportWarnings(logging.Filter):
             detail = record.getMessage().splitlines()[0]
         except Exception:
             detail = str(record.msg)
-        for secret in self._secrets:
+        for secret in _header_values():
             detail = detail.replace(secret, "***")
         hint = ""
         if "https" in detail or "SSL" in detail or "certificate" in detail.lower():
@@ -202,6 +213,10 @@ class ExportWarnings(logging.Filter):
         record.exc_text = None
         record.stack_info = None
         return True
+
+
+EXPORT_WARNINGS = ExportWarnings()
+"""One filter per process: the OTel loggers are process-wide, and so is "reported once"."""
 
 
 def _header_values() -> list[str]:

@@ -94,7 +94,7 @@ class Emitter:
             severity_text=model.severity_text,
             body=clean(model.body, self.limit),
             attributes=clean_attributes(model.attributes, self.limit),
-            event_name=model.event_name,
+            event_name=clean(model.event_name, 256),
         )
 
     def emit_span(self, record: SpanRecord) -> None:

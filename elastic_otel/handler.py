@@ -25,7 +25,7 @@ from typing import Any
 
 from elastic_otel import environment_variables as env
 from elastic_otel.environment_variables import DEFAULT_QUEUE_SIZE, env_flag, env_float, env_int
-from elastic_otel.parsing import DEFAULT_RAW_LIMIT, EventKind, parse_event
+from elastic_otel.parsing import DEFAULT_RAW_LIMIT, EventKind, _safe_text, parse_event
 from elastic_otel.trace_ids import job_salt
 from elastic_otel.tracing import DEFAULT_MAX_TRACKED, Output, TraceModel
 
@@ -36,7 +36,7 @@ _IDLE_WAKE_S = 1.0
 # Keys of the pipeline's delivery counters, present (as 0) before the pipeline exists.
 _DELIVERY_KEYS = (
     "exported", "export_failed_attempts", "dropped_collector_outage", "lost_at_exit",
-    "pending_export", "export_warnings_suppressed", "dropped_sdk_queue",
+    "pending_export", "export_warnings_suppressed", "dropped_sdk_queue", "dropped_invalid",
 )
 
 
@@ -77,7 +77,8 @@ class OtelHandler(logging.Handler):
         self._pipeline: Any = None
         self._emitter: Any = None
         self._started = False
-        self._closed = False
+        self._closed = False  # shutdown began: no more flushes
+        self._stopped = False  # shutdown done: the worker thread ends
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork)
 
@@ -102,7 +103,7 @@ class OtelHandler(logging.Handler):
             try:
                 msg = record.getMessage()
             except Exception as e:  # a bad %-format is still an event to show
-                msg = f"{record.msg!r} % {record.args!r} ({type(e).__name__})"
+                msg = f"{_safe_text(record.msg)} % {_safe_text(record.args)} ({type(e).__name__})"
         self._put(msg, record.created)
 
     def info(self, event: object) -> None:
@@ -250,6 +251,8 @@ class OtelHandler(logging.Handler):
             self.stats.internal_errors += 1
         finally:
             self._local.inside = False
+            self._stopped = True
+            self._wake.set()
 
     # --- worker ---------------------------------------------------------------------------
 
@@ -271,7 +274,7 @@ class OtelHandler(logging.Handler):
 
     def _run(self) -> None:
         self._local.inside = True
-        while True:
+        while not self._stopped:
             self._wake.wait(_IDLE_WAKE_S)
             self._wake.clear()
             with self._idle:

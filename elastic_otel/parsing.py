@@ -175,18 +175,11 @@ def _loads(text: str) -> dict[str, Any]:
 
 # --- rendezvous events ----------------------------------------------------------------------
 
-_JOINED = re.compile(
-    r"has joined round (?P<round>-?\d+) of the rendezvous '.*' as rank (?P<rank>-?\d+) "
-    r"in a world of size (?P<world>-?\d+)",
-    re.S,
-)
-_ROUND = re.compile(r"round (\d+)")
-_ERROR_MESSAGE = re.compile(
-    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout)\w*)"
-    r": (?P<msg>.*)$",
-    re.S,
-)
-_DEAD_NODES = re.compile(r"the node\(s\) (.*) have been removed", re.S)
+# Only anchored, linear-time patterns: messages can be megabytes long, and a backtracking
+# regex would hold the GIL (and so torch's threads) for minutes.
+_INT = re.compile(r"-?\d{1,18}")
+_ROUND = re.compile(r"round (\d{1,18})")
+_EXCEPTION_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Timeout", "Failure")
 
 # Ordered: first match wins. Keyword tests are cheaper than one regex per action.
 _ACTIONS: tuple[tuple[str, RdzvAction], ...] = (
@@ -211,6 +204,24 @@ _ACTIONS: tuple[tuple[str, RdzvAction], ...] = (
 )
 
 
+def _int_after(text: str, marker: str, start: int = 0, last: bool = False) -> int | None:
+    i = text.rfind(marker, start) if last else text.find(marker, start)
+    if i < 0:
+        return None
+    m = _INT.match(text, i + len(marker))
+    return int(m.group()) if m else None
+
+
+def _joined_numbers(message: str) -> tuple[int | None, int | None, int | None]:
+    """(round, rank, world size) from "has joined round N of the rendezvous 'R' as rank K in a
+    world of size W." (the run id may contain anything, so rank and size are found from the end)."""
+    return (
+        _int_after(message, "has joined round "),
+        _int_after(message, " as rank ", last=True),
+        _int_after(message, " in a world of size ", last=True),
+    )
+
+
 def classify_rdzv_message(message: str, node_state: str) -> RdzvAction:
     """Which :class:`RdzvAction` torch's message text describes."""
     for needle, action in _ACTIONS:
@@ -233,11 +244,9 @@ def _rdzv_event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     round_: int | None = None
     world_size: int | None = None
     if action is RdzvAction.JOINED:
-        m = _JOINED.search(message)
-        if m:
-            round_, world_size = int(m["round"]), int(m["world"])
-            if rank is None:
-                rank = int(m["rank"])
+        round_, msg_rank, world_size = _joined_numbers(message)
+        if rank is None:
+            rank = msg_rank
     elif action in _ROUND_IN_MESSAGE:
         m = _ROUND.search(message)
         if m:
@@ -332,7 +341,8 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     source = _enum_name(d.get("source"))
     ts = d.get("timestamp")
     time_ns = created_ns
-    if isinstance(ts, int | float) and not isinstance(ts, bool) and ts > 0:
+    ts_ok = _is_number(ts) and 0 < ts < _MAX_TIMESTAMP_MS  # NaN fails both comparisons
+    if ts_ok:
         time_ns = int(ts * 1_000_000)
     md = d.get("metadata")
     if md is None:
@@ -341,6 +351,9 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
         raise _Unparsed(f"metadata is {type(md).__name__}, not an object")
 
     attrs: Attributes = {A.EVENT_NAME: name, A.EVENT_SOURCE: source or A.SOURCE_UNKNOWN}
+    if not ts_ok and ts not in (0, None):
+        # not milliseconds since the epoch (ns? µs? text?): the record time is used instead
+        attrs[A.NS + "invalid_timestamp"] = _text(ts)[:64]
     nested: dict[str, Any] = {}
     raw_nested = md.get("metadata")
     if isinstance(raw_nested, str) and raw_nested.startswith("{"):
@@ -388,6 +401,8 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
         kind = EventKind.GENERIC
 
     duration = md.get("duration_ms")
+    extra = {k: v for k, v in d.items() if k not in ("name", "source", "timestamp", "metadata")}
+    _put_extra(attrs, extra)
     return ElasticEvent(
         kind=kind,
         name=name,
@@ -401,10 +416,10 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
         group_rank=group_rank,
         role=_text(md.get("role")) if md.get("role") is not None else "",
         agent_restarts=_opt_int(md.get("agent_restarts")),
-        duration_ms=float(duration) if _is_number(duration) else None,
+        duration_ms=_duration(duration),
         error=error,
         pid=_opt_int(nested.get("worker_pid")) if nested else None,
-        extra={k: v for k, v in d.items() if k not in ("name", "source", "timestamp", "metadata")},
+        extra=extra,
     )
 
 
@@ -443,13 +458,13 @@ def _error_from_raw(raw: object, attrs: Attributes) -> ErrorInfo | None:
 
 
 def _error_from_message(message: str, stacktrace: str) -> ErrorInfo:
-    m = _ERROR_MESSAGE.match(message)
-    if m:
-        return ErrorInfo(type=m["type"], message=m["msg"], stacktrace=stacktrace)
-    if ": " in message and stacktrace:
-        head, _, tail = message.partition(": ")
-        if head.isidentifier() or all(p.isidentifier() for p in head.split(".")):
-            return ErrorInfo(type=head, message=tail, stacktrace=stacktrace)
+    """"Type: message" → ErrorInfo; a dotted identifier before ": " is the exception type when it
+    looks like one (…Error, …Exception, …) or when a stack trace confirms it was raised."""
+    head, sep, _ = message[:256].partition(": ")
+    if sep and all(part.isidentifier() for part in head.split(".")):
+        short = head.rsplit(".", 1)[-1]
+        if stacktrace or any(suffix in short for suffix in _EXCEPTION_SUFFIXES):
+            return ErrorInfo(type=head, message=message[len(head) + 2 :], stacktrace=stacktrace)
     return ErrorInfo(type="", message=message, stacktrace=stacktrace)
 
 
@@ -530,15 +545,28 @@ def _is_number(value: object) -> bool:
 
 
 def _opt_int(value: object) -> int | None:
+    """An int that fits OTLP's int64, else ``None`` (bools, floats with fractions, text...)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
+    if isinstance(value, float):
+        value = int(value) if value.is_integer() else None
+    elif isinstance(value, str):
+        value = int(value) if value.lstrip("-").isdigit() and len(value) < 20 else None
+    if isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX:
         return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.lstrip("-").isdigit() and len(value) < 20:
-        return int(value)
     return None
+
+
+def _duration(value: object) -> float | None:
+    """A duration in ms that can back-date a span: finite, 0 to 100 days."""
+    if _is_number(value) and 0 <= value <= _MAX_DURATION_MS:  # NaN fails the comparison
+        return float(value)  # type: ignore[arg-type]
+    return None
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_MAX_TIMESTAMP_MS = 9_000_000_000_000  # year 2255: beyond it, ms*1e6 overflows OTLP's uint64 ns
+_MAX_DURATION_MS = 100 * 24 * 3600 * 1000.0
 
 
 def _attr_value(value: object) -> AttrValue:
@@ -546,8 +574,7 @@ def _attr_value(value: object) -> AttrValue:
     if isinstance(value, str | bool | float):
         return value
     if isinstance(value, int):
-        # OTLP ints are 64-bit signed.
-        return value if -(2**63) <= value < 2**63 else str(value)
+        return value if _INT64_MIN <= value <= _INT64_MAX else str(value)  # OTLP: int64
     if isinstance(value, Enum):
         return _text(value)
     try:

@@ -37,6 +37,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from elastic_otel import environment_variables as env
 from elastic_otel.delivery import (
     DEFAULT_RETRY_QUEUE_SIZE,
+    EXPORT_WARNINGS,
     DeliveryStats,
     ExportWarnings,
     OutageBuffer,
@@ -113,7 +114,7 @@ class Pipeline:
     resource: Resource
     owned: bool  # built here (we flush and shut it down) or borrowed from the application
     delivery: DeliveryStats = field(default_factory=DeliveryStats)
-    warnings: ExportWarnings = field(default_factory=ExportWarnings)
+    warnings: ExportWarnings = EXPORT_WARNINGS
     buffers: list[OutageBuffer] = field(default_factory=list)
     _closers: list[Callable[[], Any]] = field(default_factory=list)
     _flushers: list[Callable[[], Any]] = field(default_factory=list)

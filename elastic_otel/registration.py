@@ -32,7 +32,6 @@ _TORCH_LOGGER_PREFIX = "torchelastic-events-"
 _lock = threading.RLock()
 _handler: OtelHandler | None = None
 _saved: dict[str, logging.Handler] = {}
-_routed_logger: logging.Logger | None = None
 
 _logger = logging.getLogger("elastic_otel")
 
@@ -76,29 +75,25 @@ def register(route_rendezvous: bool | None = None, start: bool = True) -> OtelHa
 
 
 def _route_rendezvous(registry: dict[str, logging.Handler], handler: OtelHandler) -> None:
-    global _routed_logger
     current = registry.get(RDZV_DESTINATION)
     if current is not handler and type(current) is logging.NullHandler:
         # torch skips building rendezvous events while this is a NullHandler.
         _saved.setdefault(RDZV_DESTINATION, current)
         registry[RDZV_DESTINATION] = handler
-    # torch caches one logger per destination on first use; if it already exists (or a
-    # custom handler stays registered), attach the bridge to that logger as well.
-    # Logger.addHandler ignores a handler that is already there.
-    torch_logger = logging.getLogger(_TORCH_LOGGER_PREFIX + RDZV_DESTINATION)
-    if current is not handler and (
-        (current is not None and type(current) is not logging.NullHandler) or torch_logger.handlers
-    ):
-        torch_logger.addHandler(handler)
-        _routed_logger = torch_logger
+    # torch caches one logger per destination on first use, with the handler registered then
+    # (it may exist already, or a custom handler stays registered): attach the bridge to that
+    # logger directly too. Logger.addHandler ignores a handler that is already there, so torch
+    # adding the registered bridge again later is harmless.
+    logging.getLogger(_TORCH_LOGGER_PREFIX + RDZV_DESTINATION).addHandler(handler)
 
 
 def unregister() -> None:
     """Undo :func:`register` (torch's own handlers are put back); the handler keeps running."""
-    global _routed_logger
     from torch.distributed.elastic.events import handlers as torch_handlers
 
     with _lock:
+        if _handler is None:
+            return
         registry = torch_handlers._log_handlers
         for dest in (DESTINATION, RDZV_DESTINATION):
             if registry.get(dest) is _handler:
@@ -106,9 +101,7 @@ def unregister() -> None:
                     registry[dest] = _saved.pop(dest)
                 else:
                     del registry[dest]
-            for name in (_TORCH_LOGGER_PREFIX + dest,):
-                logging.getLogger(name).removeHandler(_handler)  # type: ignore[arg-type]
-        _routed_logger = None
+            logging.getLogger(_TORCH_LOGGER_PREFIX + dest).removeHandler(_handler)
 
 
 def requested_by_environment(argv: list[str] | None = None) -> bool:
