@@ -54,11 +54,20 @@ def clean(text: str, limit: int) -> str:
 
 
 def clean_attributes(attrs: dict, limit: int) -> dict:
+    """``attrs`` itself when every key and string is short ASCII (the common case), else a
+    cleaned copy."""
+    for key, value in attrs.items():
+        if not key.isascii() or (
+            isinstance(value, str) and (len(value) > limit or not value.isascii())
+        ):
+            break
+    else:
+        return attrs
     out = {}
     for key, value in attrs.items():
         if isinstance(value, str):
             value = clean(value, limit)
-        out[clean(key, 256) if not key.isascii() else key] = value
+        out[key if key.isascii() else clean(key, 256)] = value
     return out
 
 

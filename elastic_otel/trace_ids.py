@@ -15,6 +15,7 @@ exporter with ``routing_key: traceID``) sends all spans of one round to the same
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -38,6 +39,7 @@ def job_salt(environ: Mapping[str, str] | None = None) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=4096)  # every event of a round asks for the same id
 def trace_id_for(salt: str, run_id: str, round_key: int | str) -> int:
     """The trace id of one rendezvous round (never 0, which OTel reserves as invalid)."""
     digest = hashlib.blake2b(
