@@ -38,7 +38,8 @@ ELASTIC_OTEL_RETRY_QUEUE_SIZE = "ELASTIC_OTEL_RETRY_QUEUE_SIZE"
 (default ``100000``); past it the oldest are dropped and counted."""
 
 ELASTIC_OTEL_MAX_OPEN_SPANS = "ELASTIC_OTEL_MAX_OPEN_SPANS"
-"""Open spans kept per process before the least recently used is ended (default ``10000``)."""
+"""Nodes and agents tracked per process (each with its open spans) before the least recently
+used is ended (default ``1024``)."""
 
 ELASTIC_OTEL_RAW_LIMIT = "ELASTIC_OTEL_RAW_LIMIT"
 """Characters of unparseable input kept on the flagged log record (default ``4096``)."""
