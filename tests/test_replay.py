@@ -282,7 +282,7 @@ MEASURED = (
 
 
 def test_large_log_streams_with_flat_memory(tmp_path: Path) -> None:
-    """A log of mostly training output: scanned at disk speed order, memory independent of size."""
+    """A log of mostly training output is streamed: memory does not grow with its size."""
     events = [p for _, p in captured_events(NODE_FILES[0])]
     noise = "[default0]: step 000123 loss 0.123456 lr 0.0001 throughput 1234.5 samples/s\n" * 1000
 
@@ -293,8 +293,7 @@ def test_large_log_streams_with_flat_memory(tmp_path: Path) -> None:
                 f.write(events[i % len(events)] + "\n")
         return path
 
-    def run(path: Path) -> tuple[float, int]:
-        start = time.monotonic()
+    def run(path: Path) -> int:
         done = subprocess.run(
             [sys.executable, "-c", MEASURED, "replay", str(path), "--out", str(tmp_path / "o")],
             capture_output=True,
@@ -302,16 +301,15 @@ def test_large_log_streams_with_flat_memory(tmp_path: Path) -> None:
             timeout=120,
         )
         assert done.returncode == 0, done.stderr
-        return time.monotonic() - start, int(done.stderr.split("MAXRSS ")[1])
+        return int(done.stderr.split("MAXRSS ")[1])
 
     small = make(tmp_path / "small.log", 50)
     large = make(tmp_path / "large.log", 1500)  # ~120 MB
-    small_s, small_rss = run(small)
-    large_s, large_rss = run(large)
-    size_mb = large.stat().st_size / 1e6
-    assert size_mb > 100
-    assert (large_s - small_s) < size_mb / 20  # faster than 20 MB/s beyond start-up (~300 seen)
+    small_rss = run(small)
+    large_rss = run(large)
+    assert large.stat().st_size > 100e6
     assert large_rss - small_rss < 40_000  # KiB: the file is not held in memory
+    # (its speed is measured by the benchmarks, not asserted here)
 
 
 def test_replay_exports_to_the_otlp_endpoint(tmp_path: Path, grpc_receiver: OtlpReceiver) -> None:
