@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -63,7 +62,6 @@ def round_block(output: str, number: int) -> list[str]:
 @pytest.mark.e2e
 def test_demo_runs_a_job_with_a_failure_and_a_restart(tmp_path: Path) -> None:
     out, page = tmp_path / "demo.jsonl", tmp_path / "demo.html"
-    started = time.monotonic()
     done = subprocess.run(
         [*CLI, "demo", "--out", str(out), "--html", str(page)],
         capture_output=True,
@@ -72,9 +70,7 @@ def test_demo_runs_a_job_with_a_failure_and_a_restart(tmp_path: Path) -> None:
         env=demo_env(),
         cwd=tmp_path,
     )
-    elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert elapsed < 60
     text = done.stdout
     run_id = run_id_of(text)
 
