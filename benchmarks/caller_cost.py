@@ -1,0 +1,235 @@
+"""Sections 1 and 2a: what ``events.record`` costs the thread that records the event.
+
+Each variant runs in its own fresh process pinned to one CPU (the OTLP receiver runs in
+another process on the other CPUs). The process builds the same mixed stream of real torch
+events, gets torch's cached destination logger (``events._get_or_create_logger(dest)``, what
+``events.record(event, dest)`` uses) and times every ``logger.info(json)`` call with
+``time.perf_counter_ns``. Warm-up events go through the same path first and are exported;
+then the GC is settled and the measured events are sent, either paced (a sleep between
+events, leaving background threads time to work, as a real agent does) or back to back.
+
+Variants: ``null`` and ``console`` (torch's own destinations, console written to
+``/dev/null``), ``sdk`` (OpenTelemetry's ``LoggingHandler`` with a ``BatchLogRecordProcessor``
+and the OTLP/gRPC exporter), ``bridge`` (elastic-otel's ``otel`` destination: logs + spans,
+batch processors, OTLP/gRPC), and ``*-down`` variants whose endpoint is a closed port.
+Queue bounds are raised above the number of events so that no variant is flattered by drops;
+drops are reported anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from benchmarks import common
+from benchmarks.common import settle, summarize
+
+VARIANTS = ("null", "console", "sdk", "bridge", "sdk-down", "bridge-down")
+MODULE = "benchmarks.caller_cost"
+
+
+def _setup(variant: str) -> tuple[logging.Logger, Any, Any]:
+    """(torch's cached logger for the variant, flush(), extra stats())."""
+    from torch.distributed.elastic import events
+    from torch.distributed.elastic.events import handlers
+
+    if variant == "null":
+        return events._get_or_create_logger("null"), lambda: True, dict
+    if variant == "console":
+        handler = handlers.get_logging_handler("console")
+        assert isinstance(handler, logging.StreamHandler)
+        handler.setStream(open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the process
+        return events._get_or_create_logger("console"), lambda: True, dict
+    if variant in ("sdk", "sdk-down"):
+        import warnings
+
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+        from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+        from opentelemetry.sdk.resources import Resource
+
+        provider = LoggerProvider(
+            resource=Resource.create({"service.name": "torchelastic"}), shutdown_on_exit=False
+        )
+        provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter()))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            sdk_handler = LoggingHandler(logger_provider=provider)
+        handlers._log_handlers["otel_sdk"] = sdk_handler
+        return events._get_or_create_logger("otel_sdk"), provider.force_flush, dict
+    if variant in ("bridge", "bridge-down"):
+        import elastic_otel
+
+        elastic_otel.register()
+        return (
+            events._get_or_create_logger("otel"),
+            lambda: elastic_otel.flush(60.0),
+            elastic_otel.stats,
+        )
+    raise ValueError(f"unknown variant {variant!r}")
+
+
+def _wait_bridge_idle(stats: Any, timeout: float) -> None:
+    """Until the bridge's worker has processed (or dropped) everything it received."""
+    common.wait_until(
+        lambda: (
+            (s := stats()).get("processed", 0) + s.get("dropped_queue_full", 0)
+            >= s.get("received", 0)
+        ),
+        timeout,
+    )
+
+
+def _send(logger: logging.Logger, payloads: list[str], pace_s: float) -> list[int]:
+    info = logger.info
+    clock = time.perf_counter_ns
+    sleep = time.sleep
+    samples = [0] * len(payloads)
+    for i, payload in enumerate(payloads):
+        t0 = clock()
+        info(payload)
+        samples[i] = clock() - t0
+        if pace_s:
+            sleep(pace_s)
+    return samples
+
+
+def measure(config: dict[str, Any]) -> dict[str, Any]:
+    """Child: the listed variants in turn (one, except in quick mode); see :func:`_variant`."""
+    common.pin(common.measured_cpu())
+    from benchmarks import events as ev
+
+    n, warmup = config["events"], config["warmup"]
+    objects = ev.mixed_objects(warmup + n)
+    payloads = ev.serialize(objects)
+    return {"runs": [_variant(v, config, objects, payloads) for v in config["variants"]]}
+
+
+def _variant(variant: str, config: dict[str, Any], objects: list, payloads: list[str]) -> dict:
+    """Warm-up, settle, measured events; per-call µs statistics and what it cost in all."""
+    n, warmup, pace_s = config["events"], config["warmup"], config["pace_us"] / 1e6
+    result: dict[str, Any] = {"variant": variant, "events": n, "pace_us": config["pace_us"]}
+    clock = time.perf_counter_ns
+    if variant == "serialize":  # torch's own cost before any handler sees the event
+        for obj in objects[:warmup]:
+            obj.serialize()
+        settle()
+        samples = []
+        for obj in objects[warmup:]:
+            t0 = clock()
+            obj.serialize()
+            samples.append(clock() - t0)
+        result["us"] = summarize([s / 1000 for s in samples])
+        return result
+    if variant == "timer":  # perf_counter_ns pair around nothing
+        samples = []
+        for _ in range(n):
+            t0 = clock()
+            samples.append(clock() - t0)
+        result["us"] = summarize([s / 1000 for s in samples])
+        return result
+
+    logger, flush, stats = _setup(variant)
+    down = variant.endswith("-down")
+    _send(logger, payloads[:warmup], pace_s)
+    if variant.startswith("bridge"):
+        _wait_bridge_idle(stats, 60.0)
+    if not down:
+        flush()
+    settle()
+    gc0, cpu0 = common.gc_collections(), time.process_time()
+    t_start = time.perf_counter()
+    samples = _send(logger, payloads[warmup:], pace_s)
+    t_sent = time.perf_counter()
+    gc_during = common.gc_collections() - gc0
+    if variant.startswith("bridge"):
+        _wait_bridge_idle(stats, 120.0)
+    t_drained = time.perf_counter()
+    flushed = True if down else bool(flush())
+    t_flushed = time.perf_counter()
+    cpu = time.process_time() - cpu0
+    result.update(
+        us=summarize([s / 1000 for s in samples]),
+        gc_collections=gc_during,
+        send_s=t_sent - t_start,
+        drain_s=t_drained - t_sent,
+        flush_s=t_flushed - t_drained,
+        flushed=flushed,
+        # All threads of the process: caller + bridge worker + batch exporters.
+        cpu_us_per_event=cpu / n * 1e6,
+        bridge_stats=stats(),
+        sent_total=warmup + n,
+    )
+    return result
+
+
+def _groups(quick: bool, pace: int) -> list[tuple[str, ...]]:
+    """Variants per child process: one each, except in quick mode (fewer torch start-ups).
+
+    A group never holds two exporting variants, so the receiver's counts stay attributable.
+    """
+    variants = [v for v in VARIANTS if pace or not v.endswith("-down")]
+    if not quick:
+        return [(v,) for v in variants]
+    up = tuple(v for v in variants if v not in ("bridge",) and not v.endswith("-down"))
+    return [g for g in (up, ("bridge",), tuple(v for v in variants if v.endswith("-down"))) if g]
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """Parent: every variant, paced and back to back, against one receiver per child."""
+    from benchmarks.receiver import ReceiverProcess
+
+    n = 400 if quick else 10_000
+    warmup = 200 if quick else 2_000
+    paces = [200] if quick else [2000, 0]
+    queue = str(4 * (n + warmup))
+    closed = f"http://127.0.0.1:{_closed_port()}"
+    out: dict[str, Any] = {"events": n, "warmup": warmup, "paces_us": paces, "runs": []}
+    base_env = {
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        "OTEL_BLRP_MAX_QUEUE_SIZE": queue,
+        "OTEL_BSP_MAX_QUEUE_SIZE": queue,
+        "ELASTIC_OTEL_QUEUE_SIZE": queue,
+        "ELASTIC_OTEL_JOB_ID": "benchmark",
+        "OTEL_SERVICE_NAME": "torchelastic",
+    }
+    cfg: dict[str, Any] = {"events": n, "warmup": warmup}
+    refs = ["timer", "serialize"]  # pace-independent; run in the first child, before its variants
+    if not quick:
+        child_cfg = {**cfg, "variants": refs, "pace_us": 0}
+        out["runs"] += common.run_child(MODULE, child_cfg, common.clean_env(base_env))["runs"]
+        refs = []
+    closed_env = common.clean_env({**base_env, "OTEL_EXPORTER_OTLP_ENDPOINT": closed})
+    with ReceiverProcess("grpc") as rx:
+        live_env = common.clean_env({**base_env, "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint})
+        for pace in paces:
+            for group in _groups(quick, pace):
+                child_cfg = {**cfg, "variants": [*refs, *group], "pace_us": pace}
+                refs = []
+                down = all(v.endswith("-down") for v in group)
+                rx.reset()
+                runs = common.run_child(MODULE, child_cfg, closed_env if down else live_env)
+                received = None if down else rx.stats()["records"]
+                for res in runs["runs"]:
+                    res["received"] = received
+                    if received is not None and res["variant"] in ("sdk", "bridge"):
+                        # Everything sent (warm-up included) must have arrived.
+                        res["export_incomplete"] = received["logs"] < res["sent_total"]
+                out["runs"] += runs["runs"]
+    return out
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound and released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+if __name__ == "__main__":
+    common.child_main(sys.argv[1:], measure)

@@ -1,0 +1,118 @@
+"""Section 5: resident memory while the bridge converts a million events over 100k run ids.
+
+The measured process (pinned to one CPU) registers the bridge with its real OTLP/gRPC
+exporters pointed at the counting receiver in another process (so that exporting costs what
+it costs, and the receiver is never the bottleneck: it runs on the other CPUs), then sends
+the stream through torch's ``otel`` destination logger in chunks, waiting after each chunk
+until the bridge's worker has caught up (so the bridge queue never drops: memory of the
+steady state, not of a full queue). RSS is read from ``/proc/self/statm`` every
+``sample_every`` events, without forcing a collection.
+
+Each run id gets the first ``events_per_run`` events of a node's life (join, agent steps,
+workers started, keep-alives), so spans stay open until the trace model's state bound
+(``ELASTIC_OTEL_MAX_OPEN_SPANS``, 10,000 nodes) evicts them: the worst case for state.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from benchmarks import common
+
+MODULE = "benchmarks.memory"
+MB = 1024 * 1024
+
+
+def measure(config: dict[str, Any]) -> dict[str, Any]:
+    """Child: stream ``events`` payloads over ``runs`` run ids; RSS samples as it goes."""
+    common.pin(common.measured_cpu())
+    from torch.distributed.elastic import events
+
+    import elastic_otel
+    from benchmarks import events as ev
+    from benchmarks.caller_cost import _wait_bridge_idle
+
+    total, runs = config["events"], config["runs"]
+    every, chunk = config["sample_every"], config["chunk"]
+    elastic_otel.register()
+    logger = events._get_or_create_logger("otel")
+    info = logger.info
+    common.settle()
+    start_rss = common.rss_bytes()
+    samples = []
+    t0 = time.monotonic()
+    payloads = ev.bulk_payloads(total, runs, config["events_per_run"], open_ended=True)
+    for sent, payload in enumerate(payloads, 1):
+        info(payload)
+        if sent % chunk == 0 or sent == total:
+            _wait_bridge_idle(elastic_otel.stats, 120.0)
+        if sent % every == 0 or sent == total:
+            stats = elastic_otel.stats()
+            samples.append(
+                {
+                    "events": sent,
+                    "rss_mb": common.rss_bytes() / MB,
+                    "elapsed_s": time.monotonic() - t0,
+                    "processed": stats.get("processed"),
+                    "dropped": stats.get("dropped_queue_full"),
+                    "exported": stats.get("exported"),
+                }
+            )
+    flushed = elastic_otel.flush(120.0)
+    end_rss = common.rss_bytes()
+    return {
+        "events": total,
+        "runs": runs,
+        "start_rss_mb": start_rss / MB,
+        "end_rss_mb": end_rss / MB,
+        "samples": samples,
+        "elapsed_s": time.monotonic() - t0,
+        "flushed": flushed,
+        "stats": elastic_otel.stats(),
+    }
+
+
+def run(quick: bool) -> dict[str, Any]:
+    from benchmarks.receiver import ReceiverProcess
+
+    config = {
+        "events": 20_000 if quick else 1_000_000,
+        "runs": 2_000 if quick else 100_000,
+        "events_per_run": 10,
+        "sample_every": 2_000 if quick else 50_000,
+        "chunk": 1_000,
+    }
+    with ReceiverProcess("grpc") as rx:
+        env = common.clean_env(
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint,
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                "ELASTIC_OTEL_JOB_ID": "benchmark",
+            }
+        )
+        res = common.run_child(MODULE, config, env, timeout=1800.0)
+        time.sleep(0.5)
+        res["received"] = rx.stats()["records"]
+    samples = res["samples"]
+    # Warm-up: until the trace model's state bound (10,000 nodes, 10,000 agents) is full.
+    warmup_events = min(config["events"] // 5, 10_000 * config["events_per_run"])
+    after = [s["rss_mb"] for s in samples if s["events"] >= warmup_events] or [0.0]
+    peak = max(s["rss_mb"] for s in samples)
+    res.update(
+        config=config,
+        exporter="OTLP/gRPC to the counting receiver (separate process)",
+        warmup_events=warmup_events,
+        min_after_warmup_mb=min(after) - res["start_rss_mb"],
+        max_after_warmup_mb=max(after) - res["start_rss_mb"],
+        growth_after_warmup_mb=max(after) - min(after),
+        peak_above_start_mb=peak - res["start_rss_mb"],
+        end_above_start_mb=samples[-1]["rss_mb"] - res["start_rss_mb"],
+        lost_logs=res["events"] - res["received"]["logs"],
+    )
+    return res
+
+
+if __name__ == "__main__":
+    common.child_main(sys.argv[1:], measure)

@@ -1,0 +1,751 @@
+"""Render the results of :mod:`benchmarks.run` as ``BENCHMARKS.md``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from benchmarks.common import ratio
+
+SECTION_TITLES = (
+    "## Machine",
+    "## Results against the targets",
+    "## 1. Caller-thread cost per event",
+    "## 2. Collector down",
+    "## 3. Throughput into a real collector",
+    "## 4. Start-up",
+    "## 5. Memory",
+    "## 6. Scale on paper",
+)
+
+LABELS = {
+    "null": "torch `null`",
+    "console": "torch `console` (stream → /dev/null)",
+    "sdk": "OTel `LoggingHandler` (BLRP + OTLP/gRPC)",
+    "bridge": "elastic-otel `otel` (logs + spans, OTLP/gRPC)",
+    "sdk-down": "OTel `LoggingHandler`, collector down",
+    "bridge-down": "elastic-otel `otel`, collector down",
+}
+
+
+def _f(value: Any, digits: int = 1, suffix: str = "") -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}{suffix}"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}{suffix}"
+    return str(value)
+
+
+def _x(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}x"
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for row in rows:
+        lines.append("| " + " | ".join(str(c) for c in row) + " |")
+    return [*lines, ""]
+
+
+def _verdict(ok: bool | None) -> str:
+    if ok is None:
+        return "not measured"
+    return "**met**" if ok else "**MISSED**"
+
+
+def _runs(caller: dict[str, Any], pace: int) -> dict[str, dict[str, Any]]:
+    return {
+        r["variant"]: r
+        for r in caller.get("runs", [])
+        if r.get("pace_us") == pace and r["variant"] not in ("timer", "serialize")
+    }
+
+
+def _ref(caller: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((r for r in caller.get("runs", []) if r["variant"] == name), None)
+
+
+# --- verdicts -------------------------------------------------------------------------------
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """(target, measured, threshold, ok) rows for the summary table."""
+    rows: list[tuple[str, str, str, bool | None]] = []
+    caller = results.get("caller") or {}
+    if "runs" in caller:
+        pace = caller["paces_us"][0]
+        runs = _runs(caller, pace)
+        if "bridge" in runs and "sdk" in runs:
+            r_med = ratio(runs["bridge"]["us"]["median"], runs["sdk"]["us"]["median"])
+            r_p99 = ratio(runs["bridge"]["us"]["p99"], runs["sdk"]["us"]["p99"])
+            invalid = runs["bridge"].get("export_incomplete") or runs["sdk"].get(
+                "export_incomplete"
+            )
+            rows.append(
+                (
+                    f"1. caller cost, bridge ÷ LoggingHandler (median, paced {pace} µs)",
+                    f"{_x(r_med)} ({_f(runs['bridge']['us']['median'])} vs "
+                    f"{_f(runs['sdk']['us']['median'])} µs); p99 {_x(r_p99)}"
+                    + (" - INVALID: not every record reached the collector" if invalid else ""),
+                    "≤ 0.5x",
+                    None if invalid else (r_med is not None and r_med <= 0.5),
+                )
+            )
+        if "bridge-down" in runs:
+            p99 = runs["bridge-down"]["us"]["p99"]
+            floor = runs["null"]["us"]["p99"] if "null" in runs else None
+            rows.append(
+                (
+                    "2. caller p99, collector down",
+                    f"{_f(p99)} µs (torch `null` p99 in the same run: {_f(floor)} µs)",
+                    "≤ 200 µs",
+                    p99 <= 200,
+                )
+            )
+    exit_ = results.get("exit") or {}
+    if "variants" in exit_:
+        v = exit_["variants"]
+        base = v.get("none-down", {}).get("exit_median_s")
+        bridge = v.get("bridge-down", {}).get("exit_median_s")
+        worst = v.get("bridge-down", {}).get("exit_max_s")
+        if base is not None and bridge is not None:
+            delay = bridge - base
+            rows.append(
+                (
+                    "2. exit delay, collector down (bridge - no bridge)",
+                    f"{_f(delay, 2)} s median (worst run {_f((worst or bridge) - base, 2)} s)",
+                    "≤ 2 s",
+                    delay <= 2.0,
+                )
+            )
+    tp = results.get("throughput") or {}
+    if "phases" in tp:
+        below = tp["phases"][0]
+        rows.append(
+            (
+                "3. throughput, one core, bridge → rotel",
+                f"{_f(below['events_per_s_exported'], 0)} events/s",
+                "≥ 20,000 events/s",
+                (below["events_per_s_exported"] or 0) >= 20_000,
+            )
+        )
+        for phase in (p for p in tp["phases"] if p["phase"] == "below bound, package defaults"):
+            rows.append(
+                (
+                    f"3. loss below the queue bound ({phase['phase']})",
+                    f"{_f(phase['lost'])} of {_f(phase['events'])}",
+                    "0",
+                    phase["lost"] == 0,
+                )
+            )
+        above = tp["phases"][-1]
+        rows.append(
+            (
+                "3. loss above the bound is counted",
+                f"lost {_f(above['lost'])}, counted {_f(above['counted'])} "
+                f"(dropped_queue_full {_f(above['stats'].get('dropped_queue_full'))})",
+                "lost = counted",
+                above["lost"] == above["counted"],
+            )
+        )
+    st = results.get("startup") or {}
+    for key, label in (("pass", "`python -c pass`"), ("import_rendezvous", "import rendezvous")):
+        if key in st:
+            for name, v in st[key]["variants"].items():
+                if name == st[key]["baseline"]:
+                    continue
+                rows.append(
+                    (
+                        f"4. {label}, {name} ÷ without",
+                        f"{_x(v['ratio_mean'], 3)} ± {v['ratio_err']:.3f} "
+                        f"(median {_x(v['ratio_median'], 3)})",
+                        "≤ 1.05x",
+                        v["ratio_median"] <= 1.05,
+                    )
+                )
+    tr = st.get("torchrun") or {}
+    if "ratio_median" in tr:
+        rows.append(
+            (
+                "4. two-agent torchrun job, with ÷ without `--event-log-handler otel`",
+                f"{_x(tr['ratio_median'], 3)} median ({_x(tr['ratio_mean'], 3)} mean)",
+                "≤ 1.05x",
+                tr["ratio_median"] <= 1.05,
+            )
+        )
+    mem = results.get("memory") or {}
+    if "samples" in mem:
+        rows.append(
+            (
+                f"5. RSS, {mem['events']:,} events / {mem['runs']:,} run ids",
+                f"peak +{_f(mem['peak_above_start_mb'])} MB over start; after warm-up "
+                f"({mem.get('warmup_events', 0):,} events) between "
+                f"{_f(mem.get('min_after_warmup_mb'))} and {_f(mem.get('max_after_warmup_mb'))} "
+                f"MB above start",
+                "≤ 50 MB, flat (± 5 MB) after warm-up",
+                mem["peak_above_start_mb"] <= 50 and mem["growth_after_warmup_mb"] <= 5,
+            )
+        )
+    return rows
+
+
+# --- sections -------------------------------------------------------------------------------
+
+
+def _machine(results: dict[str, Any]) -> list[str]:
+    m = results["machine"]
+    lines = [SECTION_TITLES[0], "", *_table(["", ""], ((k, v) for k, v in m.items()))]
+    load = results.get("load") or {}
+    if load:
+        lines += [
+            "CPU used by *other* processes on this machine while each section ran (machine-wide "
+            "busy time from `/proc/stat` minus this suite's own processes; share of all CPUs): "
+            + ", ".join(f"{name} {100 * v['foreign_share']:.0f} %" for name, v in load.items())
+            + ". Numbers of a section with a high share are disturbed.",
+            "",
+        ]
+    return lines
+
+
+def _summary(results: dict[str, Any]) -> list[str]:
+    lines = [SECTION_TITLES[1], ""]
+    rows = targets(results)
+    lines += _table(
+        ["target", "measured", "threshold", "verdict"],
+        ((t, m, th, _verdict(ok)) for t, m, th, ok in rows),
+    )
+    failed = [k for k, v in results.get("errors", {}).items()]
+    if failed:
+        lines += [f"Sections that failed to run: {', '.join(failed)} (see below).", ""]
+    return lines
+
+
+def _caller(caller: dict[str, Any]) -> list[str]:
+    lines = [
+        SECTION_TITLES[2],
+        "",
+        "Per call, `time.perf_counter_ns()` around `logger.info(json)` on torch's cached "
+        "destination logger (`events._get_or_create_logger(dest)`, the logger "
+        "`events.record(event, dest)` uses), in a fresh process per row pinned to one CPU; the "
+        "OTLP receiver runs in another process on the other CPU(s). Every row gets the same "
+        f"{caller['events']:,} events after the same {caller['warmup']:,} warm-up events "
+        "(exported before measuring), a full GC before measuring, GC left enabled (its "
+        "collections during the measurement are counted). Queue bounds (bridge, BLRP, BSP) are "
+        "4x the number of events, so no row is flattered by drops. *CPU/event* is the "
+        "process's CPU time (all threads: caller, bridge worker, exporters) from the first "
+        "measured event until everything was exported, divided by the events; *CPU above "
+        "null* subtracts the `null` row's (the loop and its sleeps).",
+        "",
+    ]
+    stream = caller.get("stream")
+    if stream:
+        lines += [
+            "Event stream (real torch objects serialized by torch): "
+            + ", ".join(f"{k} {v:,}" for k, v in stream.items())
+            + ".",
+            "",
+        ]
+    timer, ser = _ref(caller, "timer"), _ref(caller, "serialize")
+    if timer and ser:
+        lines += [
+            "References: timer overhead (empty `perf_counter_ns` pair) median "
+            f"{_f(timer['us']['median'], 2)} µs; torch's own `Event.serialize()` / "
+            f"`RdzvEvent.serialize()` (paid by torch before any handler runs) median "
+            f"{_f(ser['us']['median'])} µs, p99 {_f(ser['us']['p99'])} µs.",
+            "",
+        ]
+    for pace in caller["paces_us"]:
+        runs = _runs(caller, pace)
+        runs = {k: v for k, v in runs.items() if not k.endswith("-down")}
+        title = (
+            f"### Paced: one event every {pace} µs (background threads get to run between events)"
+            if pace
+            else "### Back to back (burst: background threads compete for the GIL)"
+        )
+        lines += [title, ""]
+        sdk, null = runs.get("sdk"), runs.get("null")
+        rows = []
+        for name, r in runs.items():
+            us = r["us"]
+            recv = r.get("received") or {}
+            bs = r.get("bridge_stats") or {}
+            rows.append(
+                (
+                    LABELS.get(name, name),
+                    _f(us["median"]),
+                    _f(us["p90"]),
+                    _f(us["p99"]),
+                    _f(us["p99.9"]),
+                    _f(us["max"]),
+                    _x(ratio(us["median"], sdk["us"]["median"])) if sdk else "n/a",
+                    _x(ratio(us["p99"], sdk["us"]["p99"])) if sdk else "n/a",
+                    _f(us["median"] - null["us"]["median"]) if null else "n/a",
+                    _f(r.get("cpu_us_per_event")),
+                    _f(r["cpu_us_per_event"] - null["cpu_us_per_event"])
+                    if null and r.get("cpu_us_per_event") is not None
+                    else "n/a",
+                    _f(r.get("gc_collections")),
+                    f"{_f(recv.get('logs'))} logs, {_f(recv.get('traces'))} spans / "
+                    f"{_f(r.get('sent_total'))} events"
+                    if name in ("sdk", "bridge")
+                    else "-",
+                    _f(bs.get("dropped_queue_full")) if bs else "-",
+                )
+            )
+        lines += _table(
+            [
+                "destination",
+                "median µs",
+                "p90",
+                "p99",
+                "p99.9",
+                "max",
+                "median ÷ LoggingHandler",
+                "p99 ÷ LoggingHandler",
+                "median - null",
+                "CPU µs/event (all threads)",
+                "CPU above null",
+                "GC runs",
+                "received by collector",
+                "bridge drops",
+            ],
+            rows,
+        )
+    return lines
+
+
+def _collector_down(caller: dict[str, Any], exit_: dict[str, Any]) -> list[str]:
+    lines = [SECTION_TITLES[3], ""]
+    if caller and "runs" in caller:
+        pace = caller["paces_us"][0]
+        runs = _runs(caller, pace)
+        lines += [
+            f"Caller cost with `OTEL_EXPORTER_OTLP_ENDPOINT` at a closed local port, paced "
+            f"{pace} µs, same method and stream as section 1:",
+            "",
+        ]
+        rows = []
+        for name in ("null", "sdk-down", "bridge-down"):
+            if name not in runs:
+                continue
+            r = runs[name]
+            us = r["us"]
+            bs = r.get("bridge_stats") or {}
+            rows.append(
+                (
+                    LABELS[name] + (" (reference: the noise floor)" if name == "null" else ""),
+                    _f(us["median"]),
+                    _f(us["p99"]),
+                    _f(us["p99.9"]),
+                    _f(us["max"]),
+                    _f(r.get("cpu_us_per_event")),
+                    _f(bs.get("dropped_queue_full")) if bs else "-",
+                )
+            )
+        lines += _table(
+            ["destination", "median µs", "p99", "p99.9", "max", "CPU µs/event", "bridge drops"],
+            rows,
+        )
+    if exit_ and "variants" in exit_:
+        lines += [
+            f"Exit delay: a script records {exit_['events']:,} events of the stream through "
+            "torch's `events.record` / `record_rdzv_event`, prints `time.monotonic()` and "
+            "returns; the delay is the time from that print to the process having exited "
+            f"(median of {exit_['reps']} runs, variants interleaved). *SDK default* = a global "
+            "`LoggerProvider` (its own atexit shutdown), `BatchLogRecordProcessor`, OTLP/gRPC "
+            "exporter, `LoggingHandler` as a torch destination.",
+            "",
+        ]
+        base = exit_["variants"].get("none-down", {}).get("exit_median_s")
+        rows = []
+        names = {
+            "none": "no telemetry (torch `null`)",
+            "bridge": "elastic-otel bridge",
+            "sdk": "SDK default",
+        }
+        for key, v in exit_["variants"].items():
+            variant, collector = key.rsplit("-", 1)
+            med = v["exit_median_s"]
+            rows.append(
+                (
+                    names.get(variant, variant),
+                    "down (closed port)" if collector == "down" else "up (receiver)",
+                    _f(med, 2),
+                    _f(v["exit_max_s"], 2),
+                    _f(med - base, 2) if med is not None and base is not None else "n/a",
+                    _f(v["wall_median_s"], 2),
+                    _f(v["timeouts"]),
+                )
+            )
+        lines += _table(
+            [
+                "script",
+                "collector",
+                "exit delay s (median)",
+                "worst",
+                "minus no-telemetry",
+                "whole run s",
+                "timeouts",
+            ],
+            rows,
+        )
+        if exit_.get("note"):
+            lines += [exit_["note"], ""]
+    return lines
+
+
+def _throughput(tp: dict[str, Any]) -> list[str]:
+    lines = [
+        SECTION_TITLES[4],
+        "",
+        f"Chain: measured process pinned to one CPU → OTLP/gRPC → {tp.get('collector', 'rotel')} "
+        "→ OTLP/gRPC → counting receiver (rotel and receiver on the other CPU). The stream is "
+        "sent back to back through torch's `otel` destination logger after a warm-up; "
+        "*exported in* = until `elastic_otel.flush()` returned, i.e. rotel acknowledged every "
+        "batch; events/s = events ÷ that time, on one CPU for caller, bridge worker and "
+        "exporters together. *End to end* = until the last record reached the receiver "
+        "through rotel. Lost = events sent - log records counted by the receiver (every event "
+        "becomes exactly one log record).",
+        "",
+    ]
+    rows = []
+    for p in tp["phases"]:
+        recv = p["received"]
+        records = recv["logs"] + recv["traces"]
+        rows.append(
+            (
+                p["phase"],
+                _f(p["events"]),
+                _f(p["send_s"], 2),
+                _f(p["process_s"], 2),
+                _f(p["export_s"], 2),
+                _f(p["events_per_s_exported"], 0),
+                _f(p["e2e_s"], 2),
+                _f(p["received_measured_logs"]),
+                _f(p["lost"]),
+                _f(p["counted"]),
+                _f(p["lost_unaccounted"]),
+                _f(p["collector_cpu_s"] / records * 1e6 if records else None, 2),
+            )
+        )
+    lines += _table(
+        [
+            "phase",
+            "events",
+            "sent in s",
+            "processed in s",
+            "exported in s",
+            "events/s (exported)",
+            "end to end s",
+            "logs received",
+            "lost",
+            "counted (all `dropped_*` counters)",
+            "lost, not counted",
+            "rotel CPU µs/record",
+        ],
+        rows,
+    )
+    above = tp["phases"][-1]
+    lines += [
+        f"`elastic_otel.stats()` after the above-bound phase ({above['phase']}), "
+        "counters of that phase:",
+        "",
+        "```json",
+        json.dumps(above["stats"], indent=2),
+        "```",
+        "",
+    ]
+    if tp.get("stages"):
+        lines += _stages(tp["stages"])
+    return lines
+
+
+def _stages(st: dict[str, Any]) -> list[str]:
+    us = st["us_per_event"]
+    total = us.get("total (worker + exporters)") or 1.0
+    lines = [
+        "### Where one event's CPU goes",
+        "",
+        f"Each stage of the bridge timed alone, single-threaded, over {st['events']:,} events "
+        "of the same stream (best of several passes; `benchmarks/stages.py`). Per event: "
+        f"{st['logs_per_event']:.2f} log records and {st['spans_per_event']:.2f} spans; "
+        f"{st['attributes_per_log']:.1f} attributes per log record, "
+        f"{st['attributes_per_span']:.1f} per span, {st['events_per_span']:.2f} span events "
+        f"per span; the resource has {st['resource_attributes']} attributes. The sum is the "
+        "CPU one event costs on the worker and exporter threads; 20,000 events/s on one core "
+        "leaves 50 µs.",
+        "",
+    ]
+    lines += _table(
+        ["stage", "µs per event", "share"],
+        (
+            (name, _f(v), f"{100 * v / total:.0f} %" if "total" not in name else "")
+            for name, v in us.items()
+        ),
+    )
+    lines += _table(["per record", "µs"], ((k, _f(v)) for k, v in st["per_item"].items()))
+    sdk = st["logging_handler_us_per_event"]
+    lines += [
+        "OpenTelemetry's `LoggingHandler` on the same payloads (record = the JSON text as body, "
+        f"{st['logging_handler_attributes_per_log']:.0f} attributes): "
+        f"`emit` {_f(sdk['emit (caller thread)'])} µs on the caller's thread, encoding "
+        f"{_f(sdk['encode logs'])} µs, in all {_f(sdk['total'])} µs per event.",
+        "",
+    ]
+    return lines
+
+
+def _startup(st: dict[str, Any]) -> list[str]:
+    lines = [
+        SECTION_TITLES[5],
+        "",
+        "Wall time of whole processes, runs of the variants interleaved after warm-up runs, "
+        "from a neutral working directory; ratio ± error as hyperfine computes it. "
+        "Environments: " + "; ".join(f"*{k}* = `{v}`" for k, v in st["venvs"].items()) + ". "
+        "*without* is a venv made from the same interpreter whose site-packages symlinks every "
+        "entry of the project venv except elastic-otel's; *wheel install* adds a regular install "
+        "of a wheel built from this tree.",
+        "",
+    ]
+    for key, title in (
+        ("pass", "`python -c pass`"),
+        ("import_rendezvous", "`python -c \"import torch.distributed.elastic.rendezvous\"` "
+         "(`ELASTIC_OTEL_ENABLED` unset: registered, not activated)"),
+    ):  # fmt: skip
+        if key not in st:
+            continue
+        res = st[key]
+        lines += [f"### {title}, {res['runs']} runs each", ""]
+        lines += _table(
+            ["environment", "mean ms", "stdev", "median", "min", "ratio (mean)", "ratio (median)"],
+            (
+                (
+                    name,
+                    _f(v["mean_ms"]),
+                    _f(v["stdev_ms"]),
+                    _f(v["median_ms"]),
+                    _f(v["min_ms"]),
+                    f"{_x(v['ratio_mean'], 3)} ± {v['ratio_err']:.3f}",
+                    _x(v["ratio_median"], 3),
+                )
+                for name, v in res["variants"].items()
+            ),
+        )
+        if res.get("check"):
+            lines += [
+                "After the import: "
+                + "; ".join(f"*{k}*: {v}" for k, v in res["check"].items())
+                + ".",
+                "",
+            ]
+    tr = st.get("torchrun") or {}
+    lines += ["### Two-agent torchrun job (`examples/train.py`, c10d, 1 worker per agent)", ""]
+    if "skipped" in tr:
+        lines += [f"Skipped ({tr['skipped']}).", ""]
+    elif "variants" in tr:
+        lines += [
+            f"Both agents started together on this machine, wall time until both exited, "
+            f"{tr['reps']} repetitions each, alternating; the `otel` runs export to a local "
+            f"receiver (received: {tr['received']['logs']:,} logs, "
+            f"{tr['received']['traces']:,} spans).",
+            "",
+        ]
+        lines += _table(
+            ["variant", "mean s", "stdev", "median", "min", "all succeeded", "runs"],
+            (
+                (
+                    name,
+                    _f(v["mean_s"], 2),
+                    _f(v["stdev_s"], 2),
+                    _f(v["median_s"], 2),
+                    _f(v["min_s"], 2),
+                    _f(v["all_ok"]),
+                    ", ".join(f"{w:.2f}" for w in v["walls"]),
+                )
+                for name, v in tr["variants"].items()
+            ),
+        )
+        lines += [
+            f"Ratio with ÷ without: median {_x(tr['ratio_median'], 3)}, mean "
+            f"{_x(tr['ratio_mean'], 3)}, min {_x(tr['ratio_min'], 3)}.",
+            "",
+        ]
+        for name, v in tr["variants"].items():
+            if v.get("failure"):
+                lines += [f"A `{name}` run failed:", "", "```", v["failure"][-4000:], "```", ""]
+    return lines
+
+
+def _memory(mem: dict[str, Any]) -> list[str]:
+    cfg = mem["config"]
+    lines = [
+        SECTION_TITLES[6],
+        "",
+        f"{mem['events']:,} events over {mem['runs']:,} run ids ({cfg['events_per_run']} "
+        "events each: join, agent steps, workers started, keep-alives; spans left open so that "
+        "the trace model's state bound has to evict them) through the bridge's "
+        f"parse + model + emit path, exporter: {mem['exporter']}. Sent through torch's `otel` "
+        f"logger in chunks of {cfg['chunk']:,}, waiting for the worker after each chunk. RSS "
+        f"from `/proc/self/statm` every {cfg['sample_every']:,} events, no forced GC. Start = "
+        "after `register()` (pipeline built), before the first event.",
+        "",
+        f"Start {_f(mem['start_rss_mb'])} MB; peak {_f(mem['peak_above_start_mb'])} MB above "
+        f"start. Warm-up = the first {mem.get('warmup_events', 0):,} events, after which the "
+        "trace model's state bound (10,000 nodes and 10,000 agents by default) is full; after "
+        f"it RSS stays between {_f(mem.get('min_after_warmup_mb'))} and "
+        f"{_f(mem.get('max_after_warmup_mb'))} MB above start (spread "
+        f"{_f(mem['growth_after_warmup_mb'])} MB). {_f(mem['elapsed_s'], 1)} s in all; log "
+        f"records lost: {_f(mem['lost_logs'])}.",
+        "",
+    ]
+    start = mem["start_rss_mb"]
+    lines += _table(
+        ["events", "RSS MB", "above start MB", "elapsed s", "processed", "dropped"],
+        (
+            (
+                _f(s["events"]),
+                _f(s["rss_mb"]),
+                _f(s["rss_mb"] - start),
+                _f(s["elapsed_s"], 1),
+                _f(s["processed"]),
+                _f(s["dropped"]),
+            )
+            for s in mem["samples"]
+        ),
+    )
+    return lines
+
+
+def _scale(sc: dict[str, Any]) -> list[str]:
+    t = sc["table"]
+    pat = sc["pattern"]
+    lines = [
+        SECTION_TITLES[7],
+        "",
+        f"Keep-alive pattern in the captured job (`tests/data`): {pat['keep_alives']} keep-alives, "
+        f"{pat['preceded_by_update_and_sync']} of them recorded as the triple *updated its "
+        "keep-alive heartbeat time* → *successfully synced* (or *stale state*) → *has sent a "
+        "keep-alive heartbeat*: 3 rendezvous events per keep-alive. Measured for one node in "
+        f"steady state ({sc['keepalive_events_sent']:,} keep-alive events through the bridge "
+        f"into the receiver): {sc['keepalive_logs_received']:,} log records, "
+        f"{sc['spans_from_keepalives']} spans"
+        + (
+            " (keep-alives are counted on the open member span, not emitted as spans)"
+            if sc["spans_from_keepalives"] == 0
+            else ""
+        )
+        + f", {_f(sc['bytes_per_log'], 0)} bytes of OTLP protobuf per "
+        f"log record (uncompressed), {_f(sc['child']['cpu_us_per_event'])} µs of CPU per "
+        "keep-alive event on the node (all threads, export included).",
+        "",
+    ]
+    cores = t.get("collector_cores")
+    rows = [
+        ("nodes (agents)", _f(t["nodes"])),
+        ("keep-alive interval", f"{t['keepalive_interval_s']:g} s"),
+        ("events per keep-alive", _f(t["events_per_keepalive"])),
+        ("events per node per second", _f(t["events_per_s_per_node"], 2)),
+        ("CPU per node for them", f"{_f(t['node_cpu_us_per_s'])} µs/s "
+         f"({_f(t['node_cpu_us_per_s'] / 1e4, 4)} % of one core)"),
+        ("log records/s into the collector tier", _f(t["log_records_per_s"], 0)),
+        ("spans/s from keep-alives", _f(t["spans_per_s"], 1)),
+        ("OTLP bytes/s (uncompressed protobuf)",
+         f"{_f(t['otlp_bytes_per_s'] / 1e6 if t['otlp_bytes_per_s'] else None, 2)} MB/s"),
+        ("export requests/s (one per keep-alive per node)", _f(t["export_requests_per_s"], 0)),
+        ("concurrent OTLP connections", _f(t["connections"])),
+        ("collector CPU for it (rotel, measured µs/record in §3)",
+         f"{_f(cores, 3)} cores" if cores is not None else "n/a"),
+        (f"re-rendezvous of all nodes ({t['restart_events_per_node']} events/node, 8 workers)",
+         f"{_f(t['restart_storm_events'])} events within the rendezvous window"),
+    ]  # fmt: skip
+    lines += _table(["4,096-node job, 5 s keep-alives", "value"], rows)
+    lines += [
+        "**One collector must absorb all of it per round.** Every node derives the same trace "
+        "id for a rendezvous round without talking to the others: `trace_id = "
+        "blake2b(job salt, run_id, round)` (`elastic_otel/trace_ids.py`), and every log record "
+        "of that round carries it (keep-alive logs carry the member span's context). Scaled "
+        "out, the agent tier (`collector-config/gateway-agent.yaml`: one collector per node or "
+        "rack, any number) routes spans *and* logs with the `loadbalancing` exporter, "
+        "`routing_key: traceID`, over a consistent-hash ring of the backend collectors "
+        "(`gateway-backend.yaml`); all agents hold the same backend list, so every record of "
+        "a round lands on the same backend, which sees whole traces (tail sampling, "
+        "`groupbytrace`). Consequence for capacity: the agent tier spreads connections and "
+        "requests (4,096 connections, ~820 requests/s), but the steady keep-alive stream of "
+        "one job in one round is *one* trace id, so one backend takes the table's whole "
+        "record rate; the next round (new trace id) may land elsewhere, and different jobs "
+        "spread over the ring. When the backend list changes, ~1/N of trace ids move and a "
+        "round in flight can be split.",
+        "",
+    ]
+    return lines
+
+
+def render(results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Generated by `{meta['command']}` on {meta['date']} ({meta['mode']} mode, "
+        f"{meta['elapsed_s']:.0f} s). Do not edit by hand: re-run the command.",
+        "",
+    ]
+    if meta.get("package_changed_during_run"):
+        lines += [
+            "> **Warning**: the sources of `elastic_otel/` changed while the suite ran, so "
+            "sections may have measured different versions of the package. Re-run.",
+            "",
+        ]
+    if meta.get("package_fingerprint"):
+        lines += [
+            "Every section measured the same copy of `elastic_otel/`, taken when the run started "
+            f"(sources sha256 `{meta['package_fingerprint']}`)"
+            + (
+                "; the working tree changed during the run, which the numbers do not reflect."
+                if meta.get("tree_changed_during_run")
+                else "."
+            )
+            + " The start-up section's `python -c` timings use the installed package as it is.",
+            "",
+        ]
+    if meta["mode"] == "quick":
+        lines += [
+            "> **Quick mode**: tiny sizes so that the suite cannot rot in CI; these numbers are "
+            "not meaningful. Run `python -m benchmarks.run` for real numbers.",
+            "",
+        ]
+    lines += _machine(results)
+    lines += _summary(results)
+    sections: list[tuple[str, Callable[[], list[str]]]] = [
+        ("caller", lambda: _caller(results["caller"])),
+        (
+            "exit",
+            lambda: _collector_down(results.get("caller") or {}, results.get("exit") or {}),
+        ),
+        ("throughput", lambda: _throughput(results["throughput"])),
+        ("startup", lambda: _startup(results["startup"])),
+        ("memory", lambda: _memory(results["memory"])),
+        ("scale", lambda: _scale(results["scale"])),
+    ]
+    errors = results.get("errors", {})
+    for i, (key, fn) in enumerate(sections):
+        title = SECTION_TITLES[i + 2]
+        if key in errors or results.get(key) is None:
+            lines += [title, "", f"Section failed: `{errors.get(key, 'not run')}`", ""]
+            continue
+        lines += fn()
+    lines += [
+        "## Method",
+        "",
+        "`python -m benchmarks.run` (add `--quick` for the CI-sized run, `--json FILE` for the "
+        "raw numbers). Sources in `benchmarks/`: `events.py` (the stream), `receiver.py` (the "
+        "counting OTLP receiver, built on `tests/otlp_receiver.py`, in its own process), "
+        "`collector.py` (rotel), one module per section. Every measured process is a fresh "
+        "subprocess pinned to the first CPU; receivers and rotel are pinned to the others.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""Section 6: what a large job sends to the collector tier, from measured per-event numbers.
+
+A child process replays one node's steady state (join, workers started, then keep-alives,
+three events each) through the bridge into the counting receiver and measures the wire size
+of a keep-alive log record, how many spans keep-alives produce (none: they are aggregated
+into the member span) and the CPU a keep-alive event costs the node (all threads). The
+parent combines that with the cluster shape: nodes x events per keep-alive / interval.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from benchmarks import common
+
+MODULE = "benchmarks.scale"
+
+
+def keepalive_pattern() -> dict[str, int]:
+    """From the captured job: keep-alives and the events recorded around each one."""
+    from benchmarks.events import CAPTURED_FILES, captured_rows
+
+    sent = triples = 0
+    for name in CAPTURED_FILES:
+        msgs = [json.loads(t).get("message", "") for _, t in captured_rows(name)]
+        for i, msg in enumerate(msgs):
+            if "has sent a keep-alive heartbeat" not in msg:
+                continue
+            sent += 1
+            before = msgs[max(0, i - 2) : i]
+            if (
+                len(before) == 2
+                and "updated its keep-alive heartbeat" in before[0]
+                and ("synced" in before[1] or "stale state" in before[1])
+            ):
+                triples += 1
+    return {"keep_alives": sent, "preceded_by_update_and_sync": triples}
+
+
+def measure(config: dict[str, Any]) -> dict[str, Any]:
+    """Child: one node joins, starts its workers, then sends ``keepalives`` keep-alives."""
+    common.pin(common.measured_cpu())
+    from torch.distributed.elastic import events
+
+    import elastic_otel
+    from benchmarks import events as ev
+    from benchmarks.caller_cost import _wait_bridge_idle
+
+    node_events = ev.node_lifecycle("scale-job", keepalives=0, close=False)
+    node = ev._Node("scale-job", "node-0001", 4242)
+    triple = ev.serialize(node.keep_alive())
+    elastic_otel.register()
+    info = events._get_or_create_logger("otel").info
+    for p in ev.serialize(node_events):
+        info(p)
+    _wait_bridge_idle(elastic_otel.stats, 30.0)
+    elastic_otel.flush(30.0)
+    common.pause()  # the parent snapshots the receiver: what follows is the keep-alives'
+    common.settle()
+    cpu0 = time.process_time()
+    for _ in range(config["keepalives"]):
+        for p in triple:
+            info(p)
+        time.sleep(config["pace_s"])
+    _wait_bridge_idle(elastic_otel.stats, 60.0)
+    elastic_otel.flush(60.0)
+    cpu = time.process_time() - cpu0
+    ka_events = 3 * config["keepalives"]
+    return {
+        "setup_events": len(node_events),
+        "keepalive_events": ka_events,
+        "cpu_us_per_event": cpu / ka_events * 1e6 if ka_events else None,
+        "json_bytes": [len(p.encode()) for p in triple],
+    }
+
+
+def run(quick: bool, measured: dict[str, Any]) -> dict[str, Any]:
+    """Measure keep-alive records, then scale them to a 4,096-node job."""
+    from benchmarks.receiver import ReceiverProcess
+
+    keepalives = 100 if quick else 1000
+    got: dict[str, dict[str, Any]] = {}
+    with ReceiverProcess("grpc") as rx:
+        env = common.clean_env(
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint,
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                "ELASTIC_OTEL_JOB_ID": "benchmark",
+            }
+        )
+
+        def snapshot() -> None:
+            time.sleep(0.3)  # nothing is in flight: the child flushed before pausing
+            got["setup"] = rx.stats()
+
+        cfg = {"keepalives": keepalives, "pace_s": 0.001}
+        res = common.run_child_with_pause(MODULE, cfg, env, snapshot)
+        time.sleep(0.3)
+        got["all"] = rx.stats()
+
+    def diff(kind: str, signal: str) -> int:
+        return got["all"][kind][signal] - got["setup"][kind][signal]
+
+    logs, log_bytes = diff("records", "logs"), diff("bytes", "logs")
+    ka_events = res["keepalive_events"]
+    bytes_per_log = log_bytes / logs if logs else None
+    spans_from_keepalives = diff("records", "traces")
+    nodes, interval_s, per_ka = 4096, 5.0, 3
+    from benchmarks.events import node_lifecycle
+
+    # A re-rendezvous of a node with 8 workers: join (5), agent steps (2), old workers end
+    # (8), new workers start (8).
+    restart_events = len(node_lifecycle("x", nproc=8, keepalives=0, close=False))
+    records_per_s = nodes * per_ka / interval_s
+    node_cpu = res["cpu_us_per_event"]
+    collector_cpu_per_record = measured.get("collector_cpu_us_per_record")
+    table = {
+        "nodes": nodes,
+        "keepalive_interval_s": interval_s,
+        "events_per_keepalive": per_ka,
+        "events_per_s_per_node": per_ka / interval_s,
+        "node_cpu_us_per_s": per_ka / interval_s * node_cpu,
+        "log_records_per_s": records_per_s,
+        "spans_per_s": records_per_s * spans_from_keepalives / ka_events if ka_events else None,
+        "otlp_bytes_per_s": records_per_s * bytes_per_log if bytes_per_log else None,
+        # The three events of one keep-alive are recorded within milliseconds, so each node's
+        # batch processor (1 s schedule delay) sends them in one export request.
+        "export_requests_per_s": nodes / interval_s,
+        "connections": nodes,
+        "collector_cores": records_per_s * collector_cpu_per_record / 1e6
+        if collector_cpu_per_record
+        else None,
+        "restart_events_per_node": restart_events,
+        "restart_storm_events": nodes * restart_events,
+    }
+    return {
+        "pattern": keepalive_pattern(),
+        "child": res,
+        "received": got["all"],
+        "received_setup_only": got["setup"],
+        "keepalive_logs_received": logs,
+        "keepalive_events_sent": ka_events,
+        "spans_from_keepalives": spans_from_keepalives,
+        "bytes_per_log": bytes_per_log,
+        "table": table,
+        "collector_cpu_us_per_record": collector_cpu_per_record,
+    }
+
+
+if __name__ == "__main__":
+    common.child_main(sys.argv[1:], measure)
