@@ -32,7 +32,10 @@ from elastic_otel.tracing import DEFAULT_MAX_TRACKED, Output, TraceModel
 _logger = logging.getLogger("elastic_otel")
 
 DEFAULT_EXIT_TIMEOUT_S = 2.0
-_IDLE_WAKE_S = 1.0
+# The worker wakes itself this often; torch's thread wakes it only for a backlog. Waking a
+# sleeping thread per event costs the caller a futex call and often a context switch.
+_POLL_S = 0.05
+_WAKE_BACKLOG = 256
 # Keys of the pipeline's delivery counters, present (as 0) before the pipeline exists.
 _DELIVERY_KEYS = (
     "exported", "export_failed_attempts", "dropped_collector_outage", "lost_at_exit",
@@ -136,7 +139,7 @@ class OtelHandler(logging.Handler):
                     )
                 return
             self._queue.append((payload, created))
-            if not self._wake.is_set():
+            if len(self._queue) >= _WAKE_BACKLOG and not self._wake.is_set():
                 self._wake.set()
         except Exception:  # the training job must never see our failures
             self.stats.internal_errors += 1
@@ -275,7 +278,7 @@ class OtelHandler(logging.Handler):
     def _run(self) -> None:
         self._local.inside = True
         while not self._stopped:
-            self._wake.wait(_IDLE_WAKE_S)
+            self._wake.wait(_POLL_S)
             self._wake.clear()
             with self._idle:
                 self._busy = True
