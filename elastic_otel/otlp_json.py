@@ -20,7 +20,7 @@ import io
 import json
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 from google.protobuf.json_format import MessageToDict
@@ -115,8 +115,8 @@ class AppendOnlyFile:
                 self._fd = None
 
 
-class OtlpJsonFileSpanExporter(SpanExporter):
-    """Appends each batch of spans to a file as one OTLP/JSON line."""
+class _JsonFileWriter:
+    """What the span and the log exporter share: one OTLP/JSON line per batch, appended."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self._file = AppendOnlyFile(output_path(path))
@@ -127,52 +127,38 @@ class OtlpJsonFileSpanExporter(SpanExporter):
     def path(self) -> str:
         return self._file.path
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if not spans:
-            return SpanExportResult.SUCCESS
-        try:
-            self._file.write_line(spans_to_json(spans))
-        except (OSError, ValueError):
-            self.failed += len(spans)
-            return SpanExportResult.FAILURE
-        self.exported += len(spans)
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        self._file.close()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
-
-
-class OtlpJsonFileLogExporter(LogRecordExporter):
-    """Appends each batch of log records to a file as one OTLP/JSON line."""
-
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self._file = AppendOnlyFile(output_path(path))
-        self.exported = 0  # records written
-        self.failed = 0  # records that could not be written
-
-    @property
-    def path(self) -> str:
-        return self._file.path
-
-    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+    def _write(self, batch: Sequence[Any], encode: Callable[[Sequence[Any]], str]) -> bool:
         if not batch:
-            return LogRecordExportResult.SUCCESS
+            return True
         try:
-            self._file.write_line(logs_to_json(batch))
+            self._file.write_line(encode(batch))
         except (OSError, ValueError):
             self.failed += len(batch)
-            return LogRecordExportResult.FAILURE
+            return False
         self.exported += len(batch)
-        return LogRecordExportResult.SUCCESS
+        return True
 
     def shutdown(self) -> None:
         self._file.close()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
+
+
+class OtlpJsonFileSpanExporter(_JsonFileWriter, SpanExporter):
+    """Appends each batch of spans to a file as one OTLP/JSON line."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        ok = self._write(spans, spans_to_json)
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+
+class OtlpJsonFileLogExporter(_JsonFileWriter, LogRecordExporter):
+    """Appends each batch of log records to a file as one OTLP/JSON line."""
+
+    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        ok = self._write(batch, logs_to_json)
+        return LogRecordExportResult.SUCCESS if ok else LogRecordExportResult.FAILURE
 
 
 # --- reading --------------------------------------------------------------------------------
