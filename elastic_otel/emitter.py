@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 
+from elastic_otel import attributes as A
 from elastic_otel.logs import to_log
 from elastic_otel.parsing import ElasticEvent
 from elastic_otel.tracing import STATUS_ERROR, STATUS_OK, SpanRecord
@@ -84,7 +85,7 @@ class Emitter:
         self.logger = logger
         self.span_processor = span_processor
         self.resource = resource
-        self.scope = InstrumentationScope("elastic_otel", scope_version)
+        self.scope = InstrumentationScope(A.INSTRUMENTATION_SCOPE, scope_version)
         self.limit = value_limit()
 
     def emit_log(self, event: ElasticEvent, trace_id: int, span_id: int) -> None:

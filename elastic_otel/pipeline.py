@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from elastic_otel import environment_variables as env
+from elastic_otel.attributes import INSTRUMENTATION_SCOPE
 from elastic_otel.delivery import (
     DEFAULT_RETRY_QUEUE_SIZE,
     EXPORT_WARNINGS,
@@ -162,7 +163,7 @@ def _borrowed(
     tracer_provider: TracerProvider, logger_provider: Any, processor: SpanProcessor, version: str
 ) -> Pipeline:
     logger = (
-        logger_provider.get_logger("elastic_otel", version)
+        logger_provider.get_logger(INSTRUMENTATION_SCOPE, version)
         if isinstance(logger_provider, LoggerProvider)
         else None
     )
@@ -216,7 +217,7 @@ def _owned(version: str) -> Pipeline:
                 BatchLogRecordProcessor(buffered("logs", name), **blrp)
             )
     pipeline = Pipeline(
-        logger_provider.get_logger("elastic_otel", version) if logger_provider else None,
+        logger_provider.get_logger(INSTRUMENTATION_SCOPE, version) if logger_provider else None,
         span_processor,
         resource,
         owned=True,
