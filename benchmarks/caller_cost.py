@@ -28,6 +28,7 @@ from benchmarks import common
 from benchmarks.common import settle, summarize
 
 VARIANTS = ("null", "console", "sdk", "bridge", "sdk-down", "bridge-down")
+PACED_ROUNDS = 3
 MODULE = "benchmarks.caller_cost"
 
 
@@ -153,6 +154,7 @@ def _variant(variant: str, config: dict[str, Any], objects: list, payloads: list
     cpu = time.process_time() - cpu0
     result.update(
         us=summarize([s / 1000 for s in samples]),
+        samples_us=[round(s / 1000, 3) for s in samples],
         gc_collections=gc_during,
         send_s=t_sent - t_start,
         drain_s=t_drained - t_sent,
@@ -178,13 +180,18 @@ def _groups(quick: bool, pace: int) -> list[tuple[str, ...]]:
     return [g for g in (up, ("bridge",), tuple(v for v in variants if v.endswith("-down"))) if g]
 
 
-def run(quick: bool) -> dict[str, Any]:
+def run(
+    quick: bool,
+    events: int | None = None,
+    warmup: int | None = None,
+    paces: list[int] | None = None,
+) -> dict[str, Any]:
     """Parent: every variant, paced and back to back, against one receiver per child."""
     from benchmarks.receiver import ReceiverProcess
 
-    n = 400 if quick else 10_000
-    warmup = 200 if quick else 2_000
-    paces = [200] if quick else [2000, 0]
+    n = events or (400 if quick else 9_000)
+    warmup = warmup or (200 if quick else 1_000)
+    paces = paces or ([200] if quick else [2000, 0])
     queue = str(4 * (n + warmup))
     closed = f"http://127.0.0.1:{_closed_port()}"
     out: dict[str, Any] = {"events": n, "warmup": warmup, "paces_us": paces, "runs": []}
@@ -206,20 +213,56 @@ def run(quick: bool) -> dict[str, Any]:
     with ReceiverProcess("grpc") as rx:
         live_env = common.clean_env({**base_env, "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint})
         for pace in paces:
-            for group in _groups(quick, pace):
-                child_cfg = {**cfg, "variants": [*refs, *group], "pace_us": pace}
-                refs = []
-                down = all(v.endswith("-down") for v in group)
-                rx.reset()
-                runs = common.run_child(MODULE, child_cfg, closed_env if down else live_env)
-                received = None if down else rx.stats()["records"]
-                for res in runs["runs"]:
-                    res["received"] = received
-                    if received is not None and res["variant"] in ("sdk", "bridge"):
-                        # Everything sent (warm-up included) must have arrived.
-                        res["export_incomplete"] = received["logs"] < res["sent_total"]
-                out["runs"] += runs["runs"]
+            # Paced latencies drift with the machine's state over minutes: interleave rounds
+            # of all variants and pool their samples, so that every variant sees the same drift.
+            rounds = 1 if quick or not pace else PACED_ROUNDS
+            per_variant: dict[str, list[dict[str, Any]]] = {}
+            for _ in range(rounds):
+                for group in _groups(quick, pace):
+                    child_cfg = {**cfg, "events": n // rounds, "variants": [*refs, *group]}
+                    child_cfg["pace_us"] = pace
+                    refs = []
+                    down = all(v.endswith("-down") for v in group)
+                    rx.reset()
+                    runs = common.run_child(MODULE, child_cfg, closed_env if down else live_env)
+                    received = None if down else rx.stats()["records"]
+                    for res in runs["runs"]:
+                        res["received"] = received
+                        per_variant.setdefault(res["variant"], []).append(res)
+            out["runs"] += [_pool(results) for results in per_variant.values()]
     return out
+
+
+def _pool(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result from a variant's rounds: samples pooled, counters summed."""
+    first = dict(rounds[0])
+    samples = [x for r in rounds for x in r.pop("samples_us", [])]
+    if len(rounds) == 1:
+        pooled = first
+    else:
+        pooled = first
+        pooled["us"] = summarize(samples)
+        pooled["events"] = sum(r["events"] for r in rounds)
+        pooled["round_medians_us"] = [r["us"]["median"] for r in rounds]
+        for key in ("gc_collections", "sent_total"):
+            if key in first:
+                pooled[key] = sum(r[key] for r in rounds)
+        if "cpu_us_per_event" in first:
+            pooled["cpu_us_per_event"] = (
+                sum(r["cpu_us_per_event"] * r["events"] for r in rounds) / pooled["events"]
+            )
+        for key in ("received", "bridge_stats"):
+            if first.get(key):
+                pooled[key] = {
+                    k: sum(r[key].get(k, 0) for r in rounds)
+                    for k in first[key]
+                    if isinstance(first[key][k], int | float)
+                }
+    pooled.pop("samples_us", None)
+    if pooled.get("received") is not None and pooled["variant"] in ("sdk", "bridge"):
+        # Everything sent (warm-ups included) must have arrived.
+        pooled["export_incomplete"] = pooled["received"]["logs"] < pooled["sent_total"]
+    return pooled
 
 
 def _closed_port() -> int:

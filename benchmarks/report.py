@@ -233,7 +233,7 @@ def _caller(caller: dict[str, Any]) -> list[str]:
         "destination logger (`events._get_or_create_logger(dest)`, the logger "
         "`events.record(event, dest)` uses), in a fresh process per row pinned to one CPU; the "
         "OTLP receiver runs in another process on the other CPU(s). Every row gets the same "
-        f"{caller['events']:,} events after the same {caller['warmup']:,} warm-up events "
+        f"{caller['events']:,} measured events after {caller['warmup']:,} warm-up events "
         "(exported before measuring), a full GC before measuring, GC left enabled (its "
         "collections during the measurement are counted). Queue bounds (bridge, BLRP, BSP) are "
         "4x the number of events, so no row is flattered by drops. *CPU/event* is the "
@@ -268,16 +268,25 @@ def _caller(caller: dict[str, Any]) -> list[str]:
             else "### Back to back (burst: background threads compete for the GIL)"
         )
         lines += [title, ""]
+        if any(r.get("round_medians_us") for r in runs.values()):
+            lines += [
+                "Measured in rounds: every variant in turn, three times, each round a third of the "
+                "events in a fresh process; samples pooled. The medians of the rounds are in "
+                "parentheses: their spread is the machine's drift, larger than some differences.",
+                "",
+            ]
         sdk, null = runs.get("sdk"), runs.get("null")
         rows = []
         for name, r in runs.items():
             us = r["us"]
             recv = r.get("received") or {}
             bs = r.get("bridge_stats") or {}
+            rounds = r.get("round_medians_us")
             rows.append(
                 (
                     LABELS.get(name, name),
-                    _f(us["median"]),
+                    _f(us["median"])
+                    + (f" ({' / '.join(_f(m) for m in rounds)})" if rounds else ""),
                     _f(us["p90"]),
                     _f(us["p99"]),
                     _f(us["p99.9"]),

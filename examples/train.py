@@ -53,6 +53,7 @@ def main() -> None:
         opt.step()
     if rank == 0:
         print(f"trained on {world} workers, final loss {loss.item():.4f}, restart {restart}")
+    dist.barrier()  # leave together: a peer tearing gloo down early can abort the others
     dist.destroy_process_group()
 
 
