@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from elastic_otel import attributes as A
@@ -184,7 +183,7 @@ class _Node:
 
 
 class _Agent:
-    __slots__ = ("links", "restarts", "role", "run_id", "start_ns", "stop_ns", "workers")
+    __slots__ = ("links", "restarts", "run_id", "start_ns", "stop_ns", "workers")
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -193,7 +192,6 @@ class _Agent:
         self.start_ns = 0
         self.stop_ns = 0  # when the workers were stopped for a new rendezvous
         self.links: list[SpanLink] = []
-        self.role = ""
 
 
 class TraceModel:
@@ -204,7 +202,6 @@ class TraceModel:
         salt: str = "",
         max_tracked: int = DEFAULT_MAX_TRACKED,
         event_limit: int = DEFAULT_EVENT_LIMIT,
-        clock: Callable[[], int] | None = None,
     ) -> None:
         self.salt = salt
         self.max_tracked = max(1, max_tracked)
@@ -520,8 +517,6 @@ class TraceModel:
             self._evict(out, ev.time_ns)
         else:
             self._agents.move_to_end(ev.run_id)
-        if ev.role:
-            agent.role = ev.role
         node = self._latest_node(ev.run_id)
         backend = ev.attributes.get(A.RDZV_BACKEND)
         if node is not None and not node.backend and isinstance(backend, str):
