@@ -10,7 +10,7 @@ steady state, not of a full queue). RSS is read from ``/proc/self/statm`` every
 
 Each run id gets the first ``events_per_run`` events of a node's life (join, agent steps,
 workers started, keep-alives), so spans stay open until the trace model's state bound
-(``ELASTIC_OTEL_MAX_OPEN_SPANS``, 10,000 nodes) evicts them: the worst case for state.
+(``ELASTIC_OTEL_MAX_OPEN_SPANS``) evicts them: the worst case for state.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from benchmarks import common
+from elastic_otel.tracing import DEFAULT_MAX_TRACKED
 
 MODULE = "benchmarks.memory"
 MB = 1024 * 1024
@@ -96,8 +97,9 @@ def run(quick: bool) -> dict[str, Any]:
         time.sleep(0.5)
         res["received"] = rx.stats()["records"]
     samples = res["samples"]
-    # Warm-up: until the trace model's state bound (10,000 nodes, 10,000 agents) is full.
-    warmup_events = min(config["events"] // 5, 10_000 * config["events_per_run"])
+    # Warm-up: at least until the trace model's state bound (nodes and agents) is full.
+    state_full = DEFAULT_MAX_TRACKED * config["events_per_run"]
+    warmup_events = min(config["events"] // 5, max(state_full, config["events"] // 10))
     after = [s["rss_mb"] for s in samples if s["events"] >= warmup_events] or [0.0]
     peak = max(s["rss_mb"] for s in samples)
     res.update(

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from benchmarks.common import ratio
+from elastic_otel.tracing import DEFAULT_MAX_TRACKED
 
 SECTION_TITLES = (
     "## Machine",
@@ -169,7 +170,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                     )
                 )
     tr = st.get("torchrun") or {}
-    if "ratio_median" in tr:
+    if tr.get("ratio_median") is not None:
         rows.append(
             (
                 "4. two-agent torchrun job, with ÷ without `--event-log-handler otel`",
@@ -559,13 +560,15 @@ def _startup(st: dict[str, Any]) -> list[str]:
     elif "variants" in tr:
         lines += [
             f"Both agents started together on this machine, wall time until both exited, "
-            f"{tr['reps']} repetitions each, alternating; the `otel` runs export to a local "
+            f"{tr['reps']} repetitions each, alternating (a job still running after "
+            f"{tr.get('job_timeout_s', 120):.0f} s is killed, counted as hung and left out of the "
+            "times); the `otel` runs export to a local "
             f"receiver (received: {tr['received']['logs']:,} logs, "
             f"{tr['received']['traces']:,} spans).",
             "",
         ]
         lines += _table(
-            ["variant", "mean s", "stdev", "median", "min", "all succeeded", "runs"],
+            ["variant", "mean s", "stdev", "median", "min", "all succeeded", "hung", "runs"],
             (
                 (
                     name,
@@ -574,6 +577,7 @@ def _startup(st: dict[str, Any]) -> list[str]:
                     _f(v["median_s"], 2),
                     _f(v["min_s"], 2),
                     _f(v["all_ok"]),
+                    _f(v.get("hung", 0)),
                     ", ".join(f"{w:.2f}" for w in v["walls"]),
                 )
                 for name, v in tr["variants"].items()
@@ -605,7 +609,8 @@ def _memory(mem: dict[str, Any]) -> list[str]:
         "",
         f"Start {_f(mem['start_rss_mb'])} MB; peak {_f(mem['peak_above_start_mb'])} MB above "
         f"start. Warm-up = the first {mem.get('warmup_events', 0):,} events, after which the "
-        "trace model's state bound (10,000 nodes and 10,000 agents by default) is full; after "
+        f"trace model's state bound ({DEFAULT_MAX_TRACKED:,} nodes and as many agents by "
+        "default) is full; after "
         f"it RSS stays between {_f(mem.get('min_after_warmup_mb'))} and "
         f"{_f(mem.get('max_after_warmup_mb'))} MB above start (spread "
         f"{_f(mem['growth_after_warmup_mb'])} MB). {_f(mem['elapsed_s'], 1)} s in all; log "

@@ -18,8 +18,11 @@ activated: ``ELASTIC_OTEL_ENABLED`` unset); and a two-agent torchrun job
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -32,6 +35,7 @@ from typing import Any
 from benchmarks import common
 
 CACHE = Path(tempfile.gettempdir()) / "elastic-otel-bench"
+JOB_TIMEOUT_S = 120.0
 _OWN_ENTRIES = ("elastic_otel", "__editable__.elastic_otel", "__editable___elastic_otel")
 
 
@@ -179,19 +183,32 @@ def torchrun_job(with_otel: bool, env: dict[str, str], tag: str) -> dict[str, An
     t0 = time.perf_counter()
     procs = [
         subprocess.Popen(cmd, cwd=common.child_cwd(), env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
         for _ in range(2)
     ]  # fmt: skip
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    hung = False
+    outputs = []
+    for p in procs:
+        try:
+            outputs.append(
+                p.communicate(timeout=max(1.0, t0 + JOB_TIMEOUT_S - time.perf_counter()))[0]
+            )
+        except subprocess.TimeoutExpired:
+            hung = True
+            for q in procs:  # each agent leads its own session: kill it with its workers
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(q.pid, signal.SIGKILL)
+            outputs.append(p.communicate()[0])
     wall = time.perf_counter() - t0
     codes = [p.returncode for p in procs]
-    ok = all(c == 0 for c in codes) and any("trained on 2 workers" in o for o in outputs)
-    tail = "\n".join(
+    ok = not hung and all(c == 0 for c in codes)
+    ok = ok and any("trained on 2 workers" in o for o in outputs)
+    tail = (f"HUNG: killed after {JOB_TIMEOUT_S:.0f} s\n" if hung else "") + "\n".join(
         f"--- agent {i} (exit {c}), last lines:\n" + "\n".join(o.splitlines()[-12:])
         for i, (c, o) in enumerate(zip(codes, outputs, strict=True))
-        if c != 0 or "trained on 2 workers" not in o
+        if hung or c != 0 or "trained on 2 workers" not in o
     )
-    return {"wall_s": wall, "ok": ok, "exit_codes": codes, "tail": "" if ok else tail}
+    return {"wall_s": wall, "ok": ok, "hung": hung, "exit_codes": codes, "tail": "" if ok else tail}
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -244,22 +261,28 @@ def run(quick: bool) -> dict[str, Any]:
             jobs[names[0]].append(torchrun_job(False, job_env, f"a{i}"))
             jobs[names[1]].append(torchrun_job(True, job_env, f"b{i}"))
         received = rx.stats()["records"]
-    summary: dict[str, Any] = {"reps": reps, "received": received, "variants": {}}
+    summary: dict[str, Any] = {
+        "reps": reps,
+        "received": received,
+        "variants": {},
+        "job_timeout_s": JOB_TIMEOUT_S,
+    }
     for name, runs in jobs.items():
-        walls = [r["wall_s"] for r in runs]
+        walls = [r["wall_s"] for r in runs if not r.get("hung")] or [math.nan]
         summary["variants"][name] = {
             "mean_s": statistics.fmean(walls),
             "median_s": statistics.median(walls),
             "min_s": min(walls),
             "stdev_s": _sd(walls),
             "all_ok": all(r["ok"] for r in runs),
+            "hung": sum(1 for r in runs if r.get("hung")),
             "walls": walls,
             "failure": next((r["tail"] for r in runs if not r["ok"]), ""),
         }
     base, otel = (summary["variants"][name] for name in names)
-    summary["ratio_mean"] = otel["mean_s"] / base["mean_s"]
-    summary["ratio_median"] = otel["median_s"] / base["median_s"]
-    summary["ratio_min"] = otel["min_s"] / base["min_s"]
+    for key in ("mean", "median", "min"):
+        r = otel[f"{key}_s"] / base[f"{key}_s"]
+        summary[f"ratio_{key}"] = r if math.isfinite(r) else None
     out["torchrun"] = summary
     return out
 
