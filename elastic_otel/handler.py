@@ -327,8 +327,10 @@ class OtelHandler(logging.Handler):
             emitter.emit_log(event, trace_id, span_id)
 
     def _after_fork(self) -> None:
-        # The child must not inherit the parent's queue, model or (dead) worker thread.
+        # The child must not inherit the parent's queue, model, (dead) worker thread, or its
+        # exporters: a gRPC channel does not survive fork. The child's first event builds its
+        # own pipeline, as the parent's did; the parent's atexit hook stays idempotent.
         self._init_state()
         self._start_lock = threading.Lock()
-        if self._started and not self._closed:
-            self._start_worker()
+        self._pipeline = self._emitter = None
+        self._started = self._closed = self._stopped = False

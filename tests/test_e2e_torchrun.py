@@ -93,16 +93,16 @@ def test_worker_failure_and_restart_are_visible(grpc_receiver: OtlpReceiver, tmp
     assert len(first) + len(second) == len(workers) == 4
     assert {span_attr(w, A.GLOBAL_RANK) for w in second} == {0, 1}
     assert {span_attr(w, A.STATE) for w in second} == {"SUCCEEDED"}
-    # the agent whose worker failed used its one restart; the other re-joined for the new round
-    assert {span_attr(w, A.GLOBAL_RANK): span_attr(w, A.AGENT_RESTARTS) for w in second} == {
-        0: 0,
-        1: 1,
-    }
+    # the agent whose worker failed used its one restart; the other either re-joined for the new
+    # round (RESTARTED) or, when its worker died on the broken collective first, restarted too
+    restarts = {span_attr(w, A.GLOBAL_RANK): span_attr(w, A.AGENT_RESTARTS) for w in second}
+    assert restarts[1] == 1 and restarts[0] in (0, 1)
     failed = [w for w in first if span_attr(w, A.GLOBAL_RANK) == 1]
     assert failed and failed[0]["status_code"] == "ERROR"
     assert span_attr(failed[0], A.STATE) == "REPLACED"
     healthy = [w for w in first if span_attr(w, A.GLOBAL_RANK) == 0]
-    assert healthy and span_attr(healthy[0], A.STATE) == "RESTARTED"
+    expected = "RESTARTED" if restarts[0] == 0 else "REPLACED"
+    assert healthy and span_attr(healthy[0], A.STATE) == expected
     agents = [s for s in spans if s["name"] == "agent.run"]
     assert len(agents) == 2 and {a["status_code"] for a in agents} == {"OK"}
 
