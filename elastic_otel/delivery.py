@@ -238,4 +238,5 @@ def install_export_warnings(filt: ExportWarnings) -> None:
     for name in ["opentelemetry", *names]:
         logger = logging.getLogger(name)
         if filt not in logger.filters:
-            logger.addFilter(filt)
+            # First: the SDK's own DuplicateFilter would otherwise hide repeats from the count.
+            logger.filters.insert(0, filt)
