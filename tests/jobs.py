@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from dataclasses import dataclass
@@ -66,13 +67,17 @@ def start_agent(
     handler: str = "otel",
     backend: str = "c10d",
     script: Path = TRAIN,
+    rdzv_args: tuple[str, ...] | None = None,
 ) -> Agent:
+    """One torchrun agent; ``rdzv_args`` replace the default endpoint on localhost ``port``."""
+    if rdzv_args is None:
+        rdzv_args = (f"--rdzv-endpoint=127.0.0.1:{port}",)
     cmd = [
         TORCHRUN,
         f"--nnodes={nnodes}",
         f"--nproc-per-node={nproc}",
         f"--rdzv-backend={backend}",
-        f"--rdzv-endpoint=127.0.0.1:{port}",
+        *rdzv_args,
         f"--rdzv-id={run_id}",
         "--monitor-interval=0.5",
         "--event-log-handler",
@@ -97,6 +102,20 @@ def run_job(env: dict[str, str], agents: int = 2, **kw: object) -> list[tuple[in
     run_id = str(kw.pop("run_id", f"run-{uuid.uuid4().hex[:6]}"))
     started = [start_agent(env, port, run_id, **kw) for _ in range(agents)]  # type: ignore[arg-type]
     return [a.wait() for a in started]
+
+
+def run_script(source: str, env: dict[str, str]) -> str:
+    """Run Python ``source`` in a fresh interpreter; its stdout, asserting it succeeded."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(source)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(ROOT),
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
 
 
 def span_attr(span: dict, key: str) -> object:

@@ -10,9 +10,7 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
-import textwrap
 import time
 import urllib.request
 import uuid
@@ -20,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jobs import ROOT, TORCHRUN, TRAIN, Agent, job_env, run_job
+from jobs import job_env, run_job, run_script, start_agent
 from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel import attributes as A
@@ -121,29 +119,10 @@ def test_otel_static_two_agents(grpc_receiver: OtlpReceiver, tmp_path: Path) -> 
     run_id = f"static-{uuid.uuid4().hex[:6]}"
     env = job_env(grpc_receiver, tmp_path)
     port = free_port()
+    static = ("--master-addr=127.0.0.1", f"--master-port={port}")
     agents = [
-        Agent(
-            subprocess.Popen(
-                [
-                    TORCHRUN,
-                    "--nnodes=2",
-                    "--nproc-per-node=1",
-                    "--rdzv-backend=otel-static",
-                    f"--node-rank={rank}",
-                    "--master-addr=127.0.0.1",
-                    f"--master-port={port}",
-                    f"--rdzv-id={run_id}",
-                    "--monitor-interval=0.5",
-                    "--event-log-handler=otel",
-                    str(TRAIN),
-                ],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                cwd=str(ROOT),
-            ),
-            time.monotonic(),
+        start_agent(
+            env, port, run_id, backend="otel-static", rdzv_args=(f"--node-rank={rank}", *static)
         )
         for rank in (0, 1)
     ]
@@ -229,50 +208,14 @@ def test_otel_etcd_two_agents(
     """etcd records no events; its rendezvous version is the round (the first is 1)."""
     run_id = f"etcd-{uuid.uuid4().hex[:6]}"
     env = job_env(grpc_receiver, tmp_path)
-    agents = [
-        Agent(
-            subprocess.Popen(
-                [
-                    TORCHRUN,
-                    "--nnodes=2",
-                    "--nproc-per-node=1",
-                    "--rdzv-backend=otel-etcd",
-                    f"--rdzv-endpoint={etcd_endpoint}",
-                    f"--rdzv-id={run_id}",
-                    "--rdzv-conf=last_call_timeout=1",
-                    "--monitor-interval=0.5",
-                    "--event-log-handler=otel",
-                    str(TRAIN),
-                ],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                cwd=str(ROOT),
-            ),
-            time.monotonic(),
-        )
-        for _ in range(2)
-    ]
+    etcd = (f"--rdzv-endpoint={etcd_endpoint}", "--rdzv-conf=last_call_timeout=1")
+    agents = [start_agent(env, 0, run_id, backend="otel-etcd", rdzv_args=etcd) for _ in range(2)]
     check([a.wait() for a in agents])
     joins = assert_round(grpc_receiver, run_id, world=2, round_=1)
     assert_synthetic_logs(grpc_receiver, joins, "otel-etcd")
 
 
 # --- handlers used directly -------------------------------------------------------------------
-
-
-def run_script(source: str, env: dict[str, str]) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(source)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(ROOT),
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
 
 
 def test_failed_rendezvous_is_an_error_span(grpc_receiver: OtlpReceiver, tmp_path: Path) -> None:

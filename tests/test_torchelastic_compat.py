@@ -3,31 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-from jobs import ROOT, job_env
+from jobs import job_env, run_script
 from otlp_receiver import OtlpReceiver
 
 from elastic_otel import attributes as A
 
 pytest.importorskip("torchelastic.events", reason="torchelastic==0.2.1 is in the test extra")
-
-
-def run_script(source: str, env: dict[str, str]) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(source)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(ROOT),
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
 
 
 def by_name(logs: list[dict]) -> dict[str, dict]:
