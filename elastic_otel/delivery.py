@@ -42,7 +42,12 @@ class DeliveryStats:
     """Export counters shared by all buffers of one pipeline."""
 
     __slots__ = (
-        "_lock", "dropped_invalid", "dropped_outage", "exported", "failed_attempts", "lost_at_exit"
+        "_lock",
+        "dropped_invalid",
+        "dropped_outage",
+        "exported",
+        "failed_attempts",
+        "lost_at_exit",
     )
 
     def __init__(self) -> None:
@@ -117,8 +122,13 @@ class OutageBuffer:
                 self.stats.add("dropped_invalid", len(chunk))
                 if not self._warned_invalid:
                     self._warned_invalid = True
-                    _logger.warning("elastic-otel: dropped %d %s records the exporter rejected "
-                                    "(%s: %s)", len(chunk), self.signal, type(e).__name__, e)
+                    _logger.warning(
+                        "elastic-otel: dropped %d %s records the exporter rejected (%s: %s)",
+                        len(chunk),
+                        self.signal,
+                        type(e).__name__,
+                        e,
+                    )
                 continue
             if ok:
                 self.stats.add("exported", len(chunk))

@@ -38,8 +38,14 @@ _POLL_S = 0.05
 _WAKE_BACKLOG = 256
 # Keys of the pipeline's delivery counters, present (as 0) before the pipeline exists.
 _DELIVERY_KEYS = (
-    "exported", "export_failed_attempts", "dropped_collector_outage", "lost_at_exit",
-    "pending_export", "export_warnings_suppressed", "dropped_sdk_queue", "dropped_invalid",
+    "exported",
+    "export_failed_attempts",
+    "dropped_collector_outage",
+    "lost_at_exit",
+    "pending_export",
+    "export_warnings_suppressed",
+    "dropped_sdk_queue",
+    "dropped_invalid",
 )
 
 

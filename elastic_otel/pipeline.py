@@ -205,9 +205,7 @@ def _owned(version: str) -> Pipeline:
     if trace_names:
         span_processor = SynchronousMultiSpanProcessor()
         for name in trace_names:
-            span_processor.add_span_processor(
-                BatchSpanProcessor(buffered("traces", name), **bsp)
-            )
+            span_processor.add_span_processor(BatchSpanProcessor(buffered("traces", name), **bsp))
     logger_provider: LoggerProvider | None = None
     log_names = exporter_names("logs")
     if log_names:

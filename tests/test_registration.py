@@ -21,34 +21,46 @@ from elastic_otel import attributes as A
 
 def run_py(code: str, env: dict[str, str], timeout: float = 120) -> dict:
     """Run ``code`` in a fresh interpreter; it prints one JSON object on its last line."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_start_up_imports_neither_torch_nor_the_sdk(tmp_path: Path) -> None:
     env = job_env(None, tmp_path)
-    plain = run_py("""
+    plain = run_py(
+        """
         import json, sys
         print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in
                                 ('torch', 'elastic_otel', 'opentelemetry'))))
-    """, env)
+    """,
+        env,
+    )
     assert plain == []
     # importing torch elastic registers the destination but builds nothing yet
-    lazy = run_py("""
+    lazy = run_py(
+        """
         import json, sys
         import torch.distributed.elastic.rendezvous
         from torch.distributed.elastic.events import handlers
         print(json.dumps({"otel": type(handlers._log_handlers.get("otel")).__name__,
                           "rdzv": type(handlers._log_handlers["dynamic_rendezvous"]).__name__,
                           "sdk": any(m.startswith("opentelemetry.sdk") for m in sys.modules)}))
-    """, env)
+    """,
+        env,
+    )
     assert lazy == {"otel": "OtelHandler", "rdzv": "NullHandler", "sdk": False}
 
 
 def test_package_works_without_torch(tmp_path: Path) -> None:
-    result = run_py("""
+    result = run_py(
+        """
         import json, sys
         sys.modules["torch"] = None  # any import of torch now fails
         import elastic_otel
@@ -62,13 +74,16 @@ def test_package_works_without_torch(tmp_path: Path) -> None:
         out = TraceModel().process(ev)
         print(json.dumps({"body": to_log(ev).body, "logs": len(out.logs),
                           "version": elastic_otel.__version__}))
-    """, job_env(None, tmp_path))
+    """,
+        job_env(None, tmp_path),
+    )
     assert result["body"] == "torchelastic.worker.status.START" and result["logs"] == 1
 
 
 def test_register_is_idempotent_thread_safe_and_routes_rendezvous(tmp_path: Path) -> None:
     env = job_env(None, tmp_path, OTEL_TRACES_EXPORTER="none", OTEL_LOGS_EXPORTER="none")
-    result = run_py("""
+    result = run_py(
+        """
         import json, threading
         import elastic_otel
         from torch.distributed.elastic import events
@@ -85,7 +100,9 @@ def test_register_is_idempotent_thread_safe_and_routes_rendezvous(tmp_path: Path
         print(json.dumps({"same": all(h is bridge for h in got),
                           "rdzv": handlers._log_handlers["dynamic_rendezvous"] is bridge,
                           "received": elastic_otel.stats()["processed"]}))
-    """, env)
+    """,
+        env,
+    )
     assert result == {"same": True, "rdzv": True, "received": 2}
 
 
@@ -114,7 +131,8 @@ def test_existing_rendezvous_handler_keeps_receiving_and_switch_off(tmp_path: Pa
 
 
 def test_documented_handler_info_usage(grpc_receiver: OtlpReceiver, tmp_path: Path) -> None:
-    run_py("""
+    run_py(
+        """
         import json
         import elastic_otel
         from torch.distributed.elastic import events
@@ -122,7 +140,9 @@ def test_documented_handler_info_usage(grpc_receiver: OtlpReceiver, tmp_path: Pa
         event = events.Event("test_event", events.EventSource.WORKER, metadata={"k": 1})
         events.get_logging_handler(destination="otel").info(event)
         print(json.dumps({}))
-    """, job_env(grpc_receiver, tmp_path))
+    """,
+        job_env(grpc_receiver, tmp_path),
+    )
     (log,) = grpc_receiver.wait_for_logs(1)
     assert log["body"] == "test_event"
     assert log["attributes"]["torchelastic.k"] == 1
@@ -131,7 +151,8 @@ def test_documented_handler_info_usage(grpc_receiver: OtlpReceiver, tmp_path: Pa
 
 def test_application_providers_are_used(grpc_receiver: OtlpReceiver, tmp_path: Path) -> None:
     """When the application installed SDK providers, the bridge exports through them."""
-    run_py(f"""
+    run_py(
+        f"""
         import json
         from opentelemetry import trace, _logs
         from opentelemetry.sdk.resources import Resource
@@ -159,7 +180,9 @@ def test_application_providers_are_used(grpc_receiver: OtlpReceiver, tmp_path: P
                       "otel")
         elastic_otel.flush(5)
         print(json.dumps({{}}))
-    """, job_env(None, tmp_path))  # no OTEL_EXPORTER_* at all: only the app's providers
+    """,
+        job_env(None, tmp_path),
+    )  # no OTEL_EXPORTER_* at all: only the app's providers
     (log,) = grpc_receiver.wait_for_logs(1)
     (span,) = grpc_receiver.wait_for_spans(1)
     assert log["resource"]["service.name"] == span["resource"]["service.name"] == "my-app"
@@ -170,18 +193,29 @@ def test_application_providers_are_used(grpc_receiver: OtlpReceiver, tmp_path: P
 @pytest.mark.parametrize("exporter", ["console", "none"])
 def test_exporter_selection_from_environment(exporter: str, tmp_path: Path) -> None:
     env = job_env(None, tmp_path, OTEL_TRACES_EXPORTER=exporter, OTEL_LOGS_EXPORTER=exporter)
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import elastic_otel
         from torch.distributed.elastic import events
         elastic_otel.register()
         events.record(events.Event("hello.console", events.EventSource.AGENT), "otel")
-    """)], env=env, capture_output=True, text=True, timeout=60)
+    """),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0
     assert ("hello.console" in done.stdout) is (exporter == "console")
 
 
 def test_sdk_disabled_records_nothing_and_costs_nothing(tmp_path: Path) -> None:
-    result = run_py("""
+    result = run_py(
+        """
         import json, sys
         import elastic_otel
         from torch.distributed.elastic import events
@@ -190,14 +224,21 @@ def test_sdk_disabled_records_nothing_and_costs_nothing(tmp_path: Path) -> None:
         elastic_otel.flush(2)
         print(json.dumps({"processed": elastic_otel.stats()["processed"],
                           "exported": elastic_otel.stats()["exported"]}))
-    """, job_env(None, tmp_path, OTEL_SDK_DISABLED="true",
-                 OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}"))
+    """,
+        job_env(
+            None,
+            tmp_path,
+            OTEL_SDK_DISABLED="true",
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
+        ),
+    )
     assert result == {"processed": 1, "exported": 0}
 
 
 def test_bridge_on_the_root_logger_does_not_recurse(tmp_path: Path) -> None:
     """Exporter warnings logged while exporting must not feed back into the bridge."""
-    result = run_py("""
+    result = run_py(
+        """
         import json, logging, time
         import elastic_otel
         from torch.distributed.elastic import events
@@ -208,7 +249,13 @@ def test_bridge_on_the_root_logger_does_not_recurse(tmp_path: Path) -> None:
         time.sleep(3)                              # exports fail and warn meanwhile
         s = elastic_otel.stats()
         print(json.dumps({"received": s["received"], "errors": s["internal_errors"]}))
-    """, job_env(None, tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
-                 OTEL_BLRP_SCHEDULE_DELAY="100"))
+    """,
+        job_env(
+            None,
+            tmp_path,
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
+            OTEL_BLRP_SCHEDULE_DELAY="100",
+        ),
+    )
     assert result["errors"] == 0
     assert 20 <= result["received"] <= 25  # the events, plus at most a few foreign warnings

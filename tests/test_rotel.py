@@ -37,14 +37,22 @@ def rotel_to(tmp_path: Path) -> Iterator:
     def start(receiver: OtlpReceiver) -> tuple[int, int]:
         grpc_port, http_port = free_port(), free_port()
         cmd = [
-            str(AGENT), "start",
-            "--otlp-grpc-endpoint", f"127.0.0.1:{grpc_port}",
-            "--otlp-http-endpoint", f"127.0.0.1:{http_port}",
-            "--exporter", "otlp",
-            "--otlp-exporter-endpoint", receiver.endpoint,
-            "--otlp-exporter-protocol", "grpc",
-            "--batch-timeout", "100ms",
-            "--pid-file", str(tmp_path / "rotel.pid"),
+            str(AGENT),
+            "start",
+            "--otlp-grpc-endpoint",
+            f"127.0.0.1:{grpc_port}",
+            "--otlp-http-endpoint",
+            f"127.0.0.1:{http_port}",
+            "--exporter",
+            "otlp",
+            "--otlp-exporter-endpoint",
+            receiver.endpoint,
+            "--otlp-exporter-protocol",
+            "grpc",
+            "--batch-timeout",
+            "100ms",
+            "--pid-file",
+            str(tmp_path / "rotel.pid"),
         ]
         log = open(tmp_path / "rotel.log", "w")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -99,8 +107,13 @@ def expected(name: str) -> tuple[Counter, Counter]:
     spans += out.spans
     logs += out.logs
     span_keys = Counter(
-        (s.name, f"{s.trace_id:032x}", s.attributes.get("torchelastic.round"),
-         s.attributes.get("torchelastic.global_rank"), s.status)
+        (
+            s.name,
+            f"{s.trace_id:032x}",
+            s.attributes.get("torchelastic.round"),
+            s.attributes.get("torchelastic.global_rank"),
+            s.status,
+        )
         for s in spans
     )
     log_keys = Counter((ev.body, f"{t:032x}" if t else "") for ev, t, _ in logs)
@@ -112,19 +125,33 @@ def test_bridge_through_rotel_arrives_intact(protocol: str, rotel_to, tmp_path: 
     with OtlpReceiver("grpc") as receiver:
         grpc_port, http_port = rotel_to(receiver)
         port = grpc_port if protocol == "grpc" else http_port
-        env = job_env(None, tmp_path, ELASTIC_OTEL_JOB_ID=SALT,
-                      OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
-                      OTEL_EXPORTER_OTLP_PROTOCOL=protocol)
-        done = subprocess.run([sys.executable, "-c", REPLAY, str(DATA / "restart_node0.tsv")],
-                              env=env, capture_output=True, text=True, timeout=60)
+        env = job_env(
+            None,
+            tmp_path,
+            ELASTIC_OTEL_JOB_ID=SALT,
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+            OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", REPLAY, str(DATA / "restart_node0.tsv")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         want_spans, want_logs = expected("restart_node0.tsv")
         spans = receiver.wait_for_spans(sum(want_spans.values()), timeout=20)
         logs = receiver.wait_for_logs(sum(want_logs.values()), timeout=20)
 
     got_spans = Counter(
-        (s["name"], s["trace_id"], s["attributes"].get("torchelastic.round"),
-         s["attributes"].get("torchelastic.global_rank"), s["status_code"])
+        (
+            s["name"],
+            s["trace_id"],
+            s["attributes"].get("torchelastic.round"),
+            s["attributes"].get("torchelastic.global_rank"),
+            s["status_code"],
+        )
         for s in spans
     )
     assert got_spans == want_spans
@@ -139,7 +166,8 @@ def test_bridge_through_rotel_arrives_intact(protocol: str, rotel_to, tmp_path: 
         assert s["resource"]["service.name"] == "torchelastic"
     linked = [r for r in logs if r["span_id"]]
     assert linked and all(r["span_id"] in by_id for r in linked)
-    assert {r["trace_id"] for r in linked} <= {f"{trace_id_for(SALT, 'job-cap', n):032x}"
-                                                for n in (0, 1)}
+    assert {r["trace_id"] for r in linked} <= {
+        f"{trace_id_for(SALT, 'job-cap', n):032x}" for n in (0, 1)
+    }
     worker_failed = [s for s in spans if s["name"] == "worker" and s["status_code"] == "ERROR"]
     assert worker_failed and all(s["status_message"] for s in worker_failed)
