@@ -71,7 +71,25 @@ def build_resource(extra: dict[str, Any] | None = None) -> Resource:
         defaults["service.name"] = DEFAULT_SERVICE_NAME
     if "host.name" not in resource.attributes:
         defaults["host.name"] = socket.gethostname()
-    return resource.merge(Resource(defaults)) if defaults else resource
+    if defaults:
+        resource = resource.merge(Resource(defaults))
+    return _HashOnceResource(resource.attributes, resource.schema_url)
+
+
+class _HashOnceResource(Resource):
+    """A Resource that computes its hash once.
+
+    The SDK's OTLP encoders group records by resource, hashing it once per record, and
+    ``Resource.__hash__`` serializes every attribute to JSON each time (~6 µs, ~5 % of an
+    event's CPU). A Resource never changes after creation, so its hash cannot either.
+    """
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash_once  # type: ignore[has-type]
+        except AttributeError:
+            self._hash_once: int = super().__hash__()
+            return self._hash_once
 
 
 def exporter_names(signal: str) -> list[str]:
