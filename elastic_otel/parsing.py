@@ -458,8 +458,8 @@ def _error_from_raw(raw: object, attrs: Attributes) -> ErrorInfo | None:
 
 
 def _error_from_message(message: str, stacktrace: str) -> ErrorInfo:
-    """ "Type: message" → ErrorInfo; a dotted identifier before ": " is the exception type when it
-    looks like one (…Error, …Exception, …) or when a stack trace confirms it was raised."""
+    """ErrorInfo from "Type: message": a dotted identifier before ": " is the exception type
+    when it looks like one (…Error, …Exception, …) or when a stack trace confirms it was raised."""
     head, sep, _ = message[:256].partition(": ")
     if sep and all(part.isidentifier() for part in head.split(".")):
         short = head.rsplit(".", 1)[-1]
