@@ -96,6 +96,7 @@ class OutageBuffer:
         self._backoff = _FIRST_BACKOFF_S
         self._warned_overflow = False
         self._warned_invalid = False
+        self._interrupted = False
         self._success = _result(inner, "SUCCESS")
         self._failure = _result(inner, "FAILURE")
 
@@ -104,6 +105,9 @@ class OutageBuffer:
         return len(self._backlog)
 
     def export(self, batch: Sequence[Any]) -> Any:
+        if self._interrupted:  # exiting with the collector down: the exporter is closed
+            self.stats.add("lost_at_exit", len(batch))
+            return self._failure
         with self._lock:
             self._backlog.extend(batch)
             self._trim()
@@ -117,6 +121,9 @@ class OutageBuffer:
             try:
                 ok = _is_success(self.inner.export(chunk))
             except Exception as e:
+                if self._interrupted:  # closed under an export in flight: not the records' fault
+                    self.stats.add("lost_at_exit", len(chunk))
+                    continue
                 # Not an outage: this chunk cannot be encoded or sent, and retrying it would
                 # block every record behind it. Drop it, count it, say so once.
                 self.stats.add("dropped_invalid", len(chunk))
@@ -171,6 +178,12 @@ class OutageBuffer:
         return not pending
 
     def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def interrupt(self) -> None:
+        """At exit with the collector down: close the exporter now, which cuts its retry
+        back-off short; what is still exported afterwards counts as ``lost_at_exit``."""
+        self._interrupted = True
         self.inner.shutdown()
 
 

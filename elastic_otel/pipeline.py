@@ -155,13 +155,13 @@ class Pipeline:
         deadline = time.monotonic() + timeout_s
         install_export_warnings(self.warnings)  # exporters may have created loggers late
         ok = self.flush(max(0.0, timeout_s * 0.75), stop_on_failure=True)
-        self.delivery.lost_at_exit = self.pending()
         if self.owned:
             # Exporters first: their shutdown interrupts a retry back-off still in progress,
             # which the processors' shutdown would otherwise wait out.
-            interrupt = [b.inner.shutdown for b in self.buffers] if not ok else []
+            interrupt = [b.interrupt for b in self.buffers] if not ok else []
             calls = [*interrupt, *self._closers]
             ok = _run_bounded(calls, max(0.05, deadline - time.monotonic())) and ok
+        self.delivery.add("lost_at_exit", self.pending())
         return ok
 
 

@@ -121,6 +121,31 @@ def test_outage_beyond_the_bound_is_counted_and_reported_once(
     assert not any(r.exc_info for r in caplog.records)
 
 
+def test_exit_with_collector_down_counts_every_record_as_lost_at_exit(
+    monkeypatch, caplog, make_logger
+) -> None:
+    """Records still queued or in flight when the exit closes the exporter are lost because
+    the collector is down, not because the exporter rejected them: counted once, as such."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", "64")  # several batches in the SDK
+    for key, value in FAST_EXPORT.items():
+        monkeypatch.setenv(key, value)
+    logger, handler = make_logger()
+    for i in range(2000):
+        logger.info(agent_event(i, run_id="down"))
+    deadline = time.monotonic() + 20
+    while handler.all_stats()["export_failed_attempts"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    handler.shutdown()
+    stats = handler.all_stats()
+    assert stats["processed"] == 2000 and stats["exported"] == 0
+    assert stats["dropped_invalid"] == 0 and stats["dropped_sdk_queue"] == 0
+    assert stats["lost_at_exit"] == 2000  # every log record accounted for, once
+    messages = [r.getMessage() for r in caplog.records if "elastic-otel" in r.getMessage()]
+    assert not any("rejected" in m for m in messages), messages
+    assert len(messages) <= 2, messages  # the export problem, and the loss at exit
+
+
 def test_slow_collector_never_delays_the_caller(monkeypatch, make_logger) -> None:
     with OtlpReceiver("grpc", delay_s=3.0) as slow:
         use_receiver(monkeypatch, slow)
