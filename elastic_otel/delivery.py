@@ -178,7 +178,8 @@ class OutageBuffer:
         return not pending
 
     def shutdown(self) -> None:
-        self.inner.shutdown()
+        if not self._interrupted:  # already shut down
+            self.inner.shutdown()
 
     def interrupt(self) -> None:
         """At exit with the collector down: close the exporter now, which cuts its retry
