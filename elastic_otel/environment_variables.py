@@ -41,6 +41,12 @@ ELASTIC_OTEL_MAX_OPEN_SPANS = "ELASTIC_OTEL_MAX_OPEN_SPANS"
 """Nodes and agents tracked per process (each with its open spans) before the least recently
 used is ended (default ``1024``)."""
 
+ELASTIC_OTEL_HEARTBEAT_LOGS = "ELASTIC_OTEL_HEARTBEAT_LOGS"
+"""``false``: keep-alive heartbeats and syncs, about half of a job's events, get no log record
+of their own; they stay counted on their rendezvous span (``torchelastic.keep_alive.count``…)
+and in ``elastic_otel.stats()`` (``heartbeat_logs_skipped``). Default ``true``: every event
+is a log record."""
+
 ELASTIC_OTEL_RAW_LIMIT = "ELASTIC_OTEL_RAW_LIMIT"
 """Characters of unparseable input kept on the flagged log record (default ``4096``)."""
 

@@ -101,6 +101,7 @@ class OtelHandler(logging.Handler):
         self._model = TraceModel(
             salt=job_salt(),
             max_tracked=env_int(env.ELASTIC_OTEL_MAX_OPEN_SPANS, DEFAULT_MAX_TRACKED),
+            heartbeat_logs=env_flag(env.ELASTIC_OTEL_HEARTBEAT_LOGS, True),
         )
         self._warned_drop = False
 
@@ -153,6 +154,7 @@ class OtelHandler(logging.Handler):
     def all_stats(self) -> dict[str, int]:
         """This handler's counters and its pipeline's delivery counters."""
         counters = self.stats.as_dict()
+        counters["heartbeat_logs_skipped"] = self._model.heartbeat_logs_skipped
         counters.update(dict.fromkeys(_DELIVERY_KEYS, 0))
         pipeline = self._pipeline
         if pipeline is not None and hasattr(pipeline, "delivery"):

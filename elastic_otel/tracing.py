@@ -202,8 +202,11 @@ class TraceModel:
         salt: str = "",
         max_tracked: int = DEFAULT_MAX_TRACKED,
         event_limit: int = DEFAULT_EVENT_LIMIT,
+        heartbeat_logs: bool = True,
     ) -> None:
         self.salt = salt
+        self.heartbeat_logs = heartbeat_logs
+        self.heartbeat_logs_skipped = 0
         self.max_tracked = max(1, max_tracked)
         self.event_limit = event_limit
         self._nodes: OrderedDict[tuple, _Node] = OrderedDict()
@@ -310,6 +313,9 @@ class TraceModel:
                 span.attributes[key] = int(span.attributes.get(key, 0)) + 1
                 if action is RdzvAction.KEEP_ALIVE:
                     span.attributes[A.KEEP_ALIVE_LAST_NS] = t
+                if not self.heartbeat_logs:  # counted on the span: that is its record
+                    self.heartbeat_logs_skipped += 1
+                    return
         elif action is RdzvAction.KEEP_ALIVE_FAILED and node.member is not None:
             attrs = node.member.attributes
             attrs[A.KEEP_ALIVE_FAILURES] = int(attrs.get(A.KEEP_ALIVE_FAILURES, 0)) + 1

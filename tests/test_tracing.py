@@ -299,3 +299,44 @@ def test_state_is_bounded_and_open_spans_end_at_exit() -> None:
         assert span.attributes[A.END_REASON] == "process terminated (SIGTERM)"
     assert any(s.status == STATUS_ERROR for s in out.spans)
     assert model.tracked == 0
+
+
+def test_heartbeat_logs_off_keeps_them_counted_on_the_span() -> None:
+    n = Node(4)
+    model = TraceModel(heartbeat_logs=False)
+    early = n.keep_alive()  # before any join: no span counts it, so it stays a log record
+    rows = [early, n.attempt(), n.participant(0), n.joined(0, 0, 1)]
+    rows += [n.keep_alive() for _ in range(300)]
+    rows.append(n.closed())
+    spans, logs = feed(model, rows)
+    member = by_name(spans, A.SPAN_RDZV_MEMBER)[0]
+    assert member.attributes[A.KEEP_ALIVE_COUNT] == 300
+    assert model.heartbeat_logs_skipped == 300
+    assert len(logs) == len(rows) - 300
+    assert sum("keep-alive" in str(ev.body) for ev, _, _ in logs) == 1
+
+
+def test_heartbeat_logs_switch_over_otlp(monkeypatch, grpc_receiver) -> None:
+    """``ELASTIC_OTEL_HEARTBEAT_LOGS=false`` through the handler: what a collector receives."""
+    import logging
+
+    from elastic_otel.handler import OtelHandler
+
+    for key, value in grpc_receiver.exporter_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("ELASTIC_OTEL_HEARTBEAT_LOGS", "false")
+    handler = OtelHandler()
+    logger = logging.getLogger("torchelastic-events-heartbeat-test")
+    logger.propagate, logger.level = False, logging.INFO
+    logger.addHandler(handler)
+    n = Node(5)
+    rows = [n.attempt(), n.joined(0, 0, 1), *(n.keep_alive() for _ in range(50)), n.closed()]
+    for _, event in rows:
+        logger.info(event.serialize())
+    handler.shutdown()
+    logger.removeHandler(handler)
+    assert handler.all_stats()["heartbeat_logs_skipped"] == 50
+    (member,) = grpc_receiver.wait_for_spans(1, where=lambda s: s["name"] == A.SPAN_RDZV_MEMBER)
+    assert member["attributes"][A.KEEP_ALIVE_COUNT] == 50
+    bodies = [r["body"] for r in grpc_receiver.logs()]
+    assert len(bodies) == 3 and not any("keep-alive" in b for b in bodies)
