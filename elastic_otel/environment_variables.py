@@ -45,7 +45,7 @@ ELASTIC_OTEL_HEARTBEAT_LOGS = "ELASTIC_OTEL_HEARTBEAT_LOGS"
 """``false``: keep-alive heartbeats and syncs, about half of a job's events, get no log record
 of their own; they stay counted on their rendezvous span (``torchelastic.keep_alive.count``…)
 and in ``elastic_otel.stats()`` (``heartbeat_logs_skipped``). Default ``true``: every event
-is a log record."""
+is a log record. Read by the live bridge and by ``elastic-otel replay``."""
 
 ELASTIC_OTEL_RAW_LIMIT = "ELASTIC_OTEL_RAW_LIMIT"
 """Characters of unparseable input kept on the flagged log record (default ``4096``)."""

@@ -37,6 +37,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from elastic_otel import __version__
+from elastic_otel import environment_variables as env
 from elastic_otel.emitter import Emitter
 from elastic_otel.otlp_json import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter
 from elastic_otel.parsing import EventKind, parse_event
@@ -344,7 +345,13 @@ class Replayer:
         stats = self.stats
         stats.files += 1
         lines_before, candidates_before = stats.lines, self._candidates
-        file = _FileState(self.emitter_for(source), TraceModel(salt=self.salt), source)
+        file = _FileState(
+            self.emitter_for(source),
+            TraceModel(
+                salt=self.salt, heartbeat_logs=env.env_flag(env.ELASTIC_OTEL_HEARTBEAT_LOGS, True)
+            ),
+            source,
+        )
         carry = b""
         while True:
             block = source.stream.read(_BLOCK)
