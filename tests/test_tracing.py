@@ -89,6 +89,20 @@ class Node:
             f"rendezvous '{self.run_id}'."
         )
 
+    def heartbeat_triple(self):
+        """What torch records per keep-alive: update, sync, then the heartbeat itself."""
+        return [
+            self.ev(
+                f"The node '{self.desc}' updated its keep-alive heartbeat time for the "
+                f"rendezvous '{self.run_id}'. Pending sync."
+            ),
+            self.ev(
+                f"The node '{self.desc}' has successfully synced its local changes with other "
+                f"nodes in the rendezvous '{self.run_id}'."
+            ),
+            self.keep_alive(),
+        ]
+
     def timeout(self):
         return self.ev("RendezvousTimeoutError: ", NodeState.FAILED, trace="Traceback ...")
 
@@ -330,13 +344,15 @@ def test_heartbeat_logs_switch_over_otlp(monkeypatch, grpc_receiver) -> None:
     logger.propagate, logger.level = False, logging.INFO
     logger.addHandler(handler)
     n = Node(5)
-    rows = [n.attempt(), n.joined(0, 0, 1), *(n.keep_alive() for _ in range(50)), n.closed()]
+    beats = [row for _ in range(50) for row in n.heartbeat_triple()]
+    rows = [n.attempt(), n.joined(0, 0, 1), *beats, n.closed()]
     for _, event in rows:
         logger.info(event.serialize())
     handler.shutdown()
     logger.removeHandler(handler)
-    assert handler.all_stats()["heartbeat_logs_skipped"] == 50
+    assert handler.all_stats()["heartbeat_logs_skipped"] == 150
     (member,) = grpc_receiver.wait_for_spans(1, where=lambda s: s["name"] == A.SPAN_RDZV_MEMBER)
     assert member["attributes"][A.KEEP_ALIVE_COUNT] == 50
+    assert member["attributes"]["torchelastic.sync.count"] == 50
     bodies = [r["body"] for r in grpc_receiver.logs()]
-    assert len(bodies) == 3 and not any("keep-alive" in b for b in bodies)
+    assert len(bodies) == 3 and not any("keep-alive" in b or "synced" in b for b in bodies)
