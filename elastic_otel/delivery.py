@@ -110,10 +110,12 @@ class OutageBuffer:
             return self._failure
         with self._lock:
             self._backlog.extend(batch)
-            self._trim()
             if time.monotonic() < self._retry_at:
+                self._trim()
                 return self._success  # deferred; the SDK would only log a failure
-            return self._send_backlog()
+            result = self._send_backlog()
+            self._trim()  # after the attempt: a batch is never cut while the collector answers
+            return result
 
     def _send_backlog(self) -> Any:
         while self._backlog:

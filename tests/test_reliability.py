@@ -121,6 +121,19 @@ def test_outage_beyond_the_bound_is_counted_and_reported_once(
     assert not any(r.exc_info for r in caplog.records)
 
 
+def test_retry_bound_never_cuts_a_batch_the_collector_accepts(
+    monkeypatch, grpc_receiver: OtlpReceiver, make_logger
+) -> None:
+    """The retry queue bounds what waits for a collector that is down, not the batch size."""
+    use_receiver(monkeypatch, grpc_receiver, ELASTIC_OTEL_RETRY_QUEUE_SIZE="10")
+    logger, handler = make_logger()
+    for i in range(300):
+        logger.info(agent_event(i))
+    assert handler.flush(20)
+    assert handler.all_stats()["dropped_collector_outage"] == 0
+    assert seqs(grpc_receiver) == Counter(range(300))
+
+
 def test_exit_with_collector_down_counts_every_record_as_lost_at_exit(
     monkeypatch, caplog, make_logger
 ) -> None:
