@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from elastic_otel import attributes as A
+from elastic_otel import bridge_metrics
 from elastic_otel import environment_variables as env
 from elastic_otel.environment_variables import env_flag, env_float
 from elastic_otel.handler import DEFAULT_EXIT_TIMEOUT_S
@@ -232,7 +233,12 @@ def install(meter_provider: Any = None) -> OtelMetricHandler | None:
             return None
         from elastic_otel import __version__
 
-        handler = OtelMetricHandler(provider.get_meter("elastic_otel", __version__))
+        meter = provider.get_meter("elastic_otel", __version__)
+        handler = OtelMetricHandler(meter)
+        try:
+            bridge_metrics.observe(meter)
+        except Exception as e:  # the bridge's own counters stay in elastic_otel.stats()
+            _logger.warning("elastic-otel: bridge counters not reported as metrics: %s", e)
         state = _Installed(handler, provider, owned)
         original = torch_metrics_api.getStream
 

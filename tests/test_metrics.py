@@ -14,7 +14,7 @@ from torch.distributed.elastic import metrics as torch_metrics
 from torch.distributed.elastic.metrics import api as torch_metrics_api
 
 from elastic_otel import attributes as A
-from elastic_otel import metrics
+from elastic_otel import bridge_metrics, metrics
 
 # A worker that fails once, then runs until the test releases it (so the job outlives an export).
 WORKER = """\
@@ -88,6 +88,15 @@ def test_torchrun_job_metrics(grpc_receiver: OtlpReceiver, tmp_path: Path) -> No
     assert latest(points, "torchelastic.simpleelasticagent._rendezvous.success")["value"] == 2
     assert {p["resource"]["service.name"] for p in points} == {"torchelastic"}
     assert {p["scope"] for p in points} == {"elastic_otel"}
+    # the bridge's own health next to them: events seen, nothing dropped
+    received = latest(points, "elastic_otel.events.received")
+    assert received["type"] == "sum" and received["is_monotonic"] and received["value"] > 0
+    drops = {
+        p["attributes"][bridge_metrics.REASON]: p["value"]
+        for p in sorted(points, key=lambda p: p["time_ns"])
+        if p["name"] == "elastic_otel.dropped"
+    }
+    assert drops == dict.fromkeys(bridge_metrics.DROP_REASONS, 0)
 
 
 # --- in this process -------------------------------------------------------------------------
@@ -210,3 +219,40 @@ def test_classify(name: str, group: str, expected: tuple) -> None:
     want_name, want_kind, want_unit, want_attrs = expected
     assert (otel_name, kind, unit) == (want_name, want_kind, want_unit)
     assert attrs == {A.METRIC_GROUP: group, **want_attrs}
+
+
+def test_bridge_drops_are_metrics(
+    monkeypatch: pytest.MonkeyPatch, grpc_receiver: OtlpReceiver, meter_provider
+) -> None:
+    """Records dropped during a collector outage show as ``elastic_otel.dropped`` points."""
+    import logging
+
+    from torch.distributed.elastic.events import Event, EventSource
+
+    from elastic_otel.handler import OtelHandler
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("ELASTIC_OTEL_RETRY_QUEUE_SIZE", "20")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # the exporter's own retries give up
+    monkeypatch.setenv("OTEL_BLRP_SCHEDULE_DELAY", "50")
+    handler = OtelHandler()
+    logger = logging.getLogger(f"torchelastic-events-drops-{uuid.uuid4().hex[:6]}")
+    logger.propagate, logger.level = False, logging.INFO
+    logger.addHandler(handler)
+    try:
+        deadline = time.monotonic() + 30
+        while handler.all_stats()["dropped_collector_outage"] == 0:
+            assert time.monotonic() < deadline, handler.all_stats()
+            for i in range(50):
+                logger.info(Event(f"user.{i}", EventSource.AGENT, 0, {"run_id": "r"}).serialize())
+            time.sleep(0.2)
+        bridge_metrics.observe(meter_provider.get_meter("elastic_otel"), read=handler.all_stats)
+        meter_provider.force_flush()
+        expected = handler.all_stats()["dropped_collector_outage"]
+    finally:
+        handler.shutdown()
+    points = grpc_receiver.wait_for_metrics(1, where=lambda p: p["name"] == "elastic_otel.dropped")
+    outage = [p for p in points if p["attributes"][bridge_metrics.REASON] == "collector_outage"]
+    assert outage and outage[-1]["value"] >= expected > 0
+    pending = latest(grpc_receiver.metrics(), "elastic_otel.export.pending")
+    assert pending["unit"] == "{record}" and 0 <= pending["value"] <= 20  # bounded backlog

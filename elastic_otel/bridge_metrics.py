@@ -1,0 +1,66 @@
+"""The bridge's own health as OpenTelemetry metrics: what :func:`elastic_otel.stats` returns.
+
+Loss must be visible where operators look, not only in a Python call: every counter of
+``elastic_otel.stats()`` is also an observable instrument on the metrics pipeline that
+:mod:`elastic_otel.metrics` installs, read at each collection (nothing is added on torch's
+threads). Instruments:
+
+* ``elastic_otel.events.received``, ``elastic_otel.events.unparsed`` (``{event}``);
+* ``elastic_otel.records.exported`` (``{record}``: log records and spans);
+* ``elastic_otel.dropped`` (``{record}``) with ``elastic_otel.reason``: ``queue_full`` (events
+  the bridge's queue refused), ``sdk_queue`` (the SDK's batch queues), ``collector_outage``
+  (oldest records past ``ELASTIC_OTEL_RETRY_QUEUE_SIZE``), ``rejected`` (records the exporter
+  could not send), ``lost_at_exit``;
+* ``elastic_otel.export.pending`` (``{record}``): held back while the collector is down.
+
+The last collection at exit may precede the exit flush, so ``lost_at_exit`` is exact in
+``stats()`` and in the exit warning, not always in the metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+REASON = "elastic_otel.reason"
+DROP_REASONS = {
+    "queue_full": "dropped_queue_full",
+    "sdk_queue": "dropped_sdk_queue",
+    "collector_outage": "dropped_collector_outage",
+    "rejected": "dropped_invalid",
+    "lost_at_exit": "lost_at_exit",
+}
+
+
+def _current_stats() -> dict[str, int] | None:
+    from elastic_otel import registration
+
+    handler = registration._handler
+    return handler.all_stats() if handler is not None else None
+
+
+def observe(meter: Any, read: Callable[[], dict[str, int] | None] = _current_stats) -> None:
+    """Register the bridge's counters on ``meter``; ``read`` returns them (``None``: no bridge)."""
+    from opentelemetry.metrics import Observation
+
+    def values(key: str) -> Callable[[Any], Iterable[Observation]]:
+        def callback(_options: Any) -> Iterable[Observation]:
+            stats = read()
+            return [] if stats is None else [Observation(stats.get(key, 0))]
+
+        return callback
+
+    def drops(_options: Any) -> Iterable[Observation]:
+        stats = read()
+        if stats is None:
+            return []
+        return [Observation(stats.get(k, 0), {REASON: r}) for r, k in DROP_REASONS.items()]
+
+    counter = meter.create_observable_counter
+    counter("elastic_otel.events.received", [values("received")], "{event}")
+    counter("elastic_otel.events.unparsed", [values("unparsed")], "{event}")
+    counter("elastic_otel.records.exported", [values("exported")], "{record}")
+    counter("elastic_otel.dropped", [drops], "{record}")
+    meter.create_observable_up_down_counter(
+        "elastic_otel.export.pending", [values("pending_export")], "{record}"
+    )
