@@ -686,6 +686,39 @@ def test_dashboard_covers_rounds_latency_failures_restarts():
     assert has("traces_spanmetrics_latency_bucket", "host_name", "rendezvous.join"), "latency"
     assert has("STATUS_CODE_ERROR") and has('torchelastic_node_state="FAILED"'), "failures"
     assert has('torchelastic_state="REPLACED"') and has("remaining_restarts"), "restarts"
+    assert has("elastic_otel_dropped_total", "elastic_otel_reason"), "the bridge's own losses"
+
+
+def _prometheus_name(name: str, kind: str, unit: str) -> str:
+    """What the collector's prometheusremotewrite exporter names an OTel metric (suffixes on)."""
+    out = re.sub(r"[^a-zA-Z0-9_:]", "_", name)
+    out += {"ms": "_milliseconds", "1": "_ratio" if kind == "gauge" else ""}.get(unit, "")
+    return out + {"counter": "_total", "histogram": "_bucket"}.get(kind, "")
+
+
+def test_dashboard_metric_names_are_the_ones_the_bridge_exports():
+    """Every metric panel matches a name the bridge really exports (a rename would leave it
+    blank): names from ``elastic_otel.metrics.classify`` and the bridge's own counters."""
+    from elastic_otel import metrics
+
+    panels = [p for p in all_panels(_dashboard()["panels"]) if p["type"] != "row"]
+    queries = [t.get("expr") or "" for p in panels for t in p["targets"]]
+    patterns = [m[1] for q in queries for m in re.finditer(r'__name__=~"([^"]+)"', q)]
+    exported = [
+        _prometheus_name(*metrics.classify(torch_name)[:3])
+        for torch_name in (
+            "workers.default.remaining_restarts",  # torch's put_metric
+            "SimpleElasticAgent._rendezvous.duration.ms",  # torch's @prof
+        )
+    ]
+    exported.append(_prometheus_name("torchelastic.rendezvous.duration", "histogram", "ms"))
+    for name in exported:
+        assert any(re.fullmatch(p, name) for p in patterns), (name, patterns)
+    for pattern in patterns:
+        assert any(re.fullmatch(pattern, name) for name in exported), pattern
+    joined = " ".join(queries)
+    assert _prometheus_name("elastic_otel.dropped", "counter", "{record}") in joined
+    assert _prometheus_name("elastic_otel.export.pending", "gauge", "{record}") in joined
 
 
 # --------------------------------------------------------------------------- README
