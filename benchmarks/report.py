@@ -658,26 +658,49 @@ def _scale(sc: dict[str, Any]) -> list[str]:
         "keep-alive event on the node (all threads, export included).",
         "",
     ]
-    cores = t.get("collector_cores")
+    off = sc.get("heartbeat_logs_off")
+    tables = [t, off["table"]] if off else [t]
+
+    def cores(x: dict[str, Any]) -> str:
+        c = x.get("collector_cores")
+        return f"{_f(c, 3)} cores" if c is not None else "n/a"
+
+    def mb(x: dict[str, Any]) -> str:
+        return f"{_f(x['otlp_bytes_per_s'] / 1e6, 2)} MB/s"
+
+    def cpu(x: dict[str, Any]) -> str:
+        us = x["node_cpu_us_per_s"]
+        return f"{_f(us)} µs/s ({_f(us / 1e4, 4)} % of one core)"
+
     rows = [
-        ("nodes (agents)", _f(t["nodes"])),
-        ("keep-alive interval", f"{t['keepalive_interval_s']:g} s"),
-        ("events per keep-alive", _f(t["events_per_keepalive"])),
-        ("events per node per second", _f(t["events_per_s_per_node"], 2)),
-        ("CPU per node for them", f"{_f(t['node_cpu_us_per_s'])} µs/s "
-         f"({_f(t['node_cpu_us_per_s'] / 1e4, 4)} % of one core)"),
-        ("log records/s into the collector tier", _f(t["log_records_per_s"], 0)),
-        ("spans/s from keep-alives", _f(t["spans_per_s"], 1)),
-        ("OTLP bytes/s (uncompressed protobuf)",
-         f"{_f(t['otlp_bytes_per_s'] / 1e6 if t['otlp_bytes_per_s'] else None, 2)} MB/s"),
-        ("export requests/s (one per keep-alive per node)", _f(t["export_requests_per_s"], 0)),
-        ("concurrent OTLP connections", _f(t["connections"])),
-        ("collector CPU for it (rotel, measured µs/record in §3)",
-         f"{_f(cores, 3)} cores" if cores is not None else "n/a"),
+        ("nodes (agents)", lambda x: _f(x["nodes"])),
+        ("keep-alive interval", lambda x: f"{x['keepalive_interval_s']:g} s"),
+        ("events per keep-alive", lambda x: _f(x["events_per_keepalive"])),
+        ("events per node per second", lambda x: _f(x["events_per_s_per_node"], 2)),
+        ("CPU per node for them", cpu),
+        ("log records/s into the collector tier", lambda x: _f(x["log_records_per_s"], 0)),
+        ("spans/s from keep-alives", lambda x: _f(x["spans_per_s"], 1)),
+        ("OTLP bytes/s (uncompressed protobuf)", mb),
+        ("export requests/s (one per keep-alive per node)",
+         lambda x: _f(x["export_requests_per_s"], 0)),
+        ("concurrent OTLP connections", lambda x: _f(x["connections"])),
+        ("collector CPU for it (rotel, measured µs/record in §3)", cores),
         (f"re-rendezvous of all nodes ({t['restart_events_per_node']} events/node, 8 workers)",
-         f"{_f(t['restart_storm_events'])} events within the rendezvous window"),
+         lambda x: f"{_f(x['restart_storm_events'])} events within the rendezvous window"),
     ]  # fmt: skip
-    lines += _table(["4,096-node job, 5 s keep-alives", "value"], rows)
+    headers = ["4,096-node job, 5 s keep-alives", "default (every event a log record)"]
+    if off:
+        headers.append("`ELASTIC_OTEL_HEARTBEAT_LOGS=false`")
+    lines += _table(headers, ((label, *(fn(x) for x in tables)) for label, fn in rows))
+    if off:
+        lines += [
+            f"With `ELASTIC_OTEL_HEARTBEAT_LOGS=false` (measured the same way): "
+            f"{off['keepalive_logs_received']:,} log records for "
+            f"{off['keepalive_events_sent']:,} keep-alive events, "
+            f"{_f(off['child']['cpu_us_per_event'])} µs of CPU per keep-alive event; the "
+            "keep-alives stay counted on the member span (`torchelastic.keep_alive.count`).",
+            "",
+        ]
     lines += [
         "**One collector must absorb all of it per round.** Every node derives the same trace "
         "id for a rendezvous round without talking to the others: `trace_id = "

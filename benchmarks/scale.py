@@ -77,58 +77,68 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run(quick: bool, measured: dict[str, Any]) -> dict[str, Any]:
-    """Measure keep-alive records, then scale them to a 4,096-node job."""
-    from benchmarks.receiver import ReceiverProcess
+HEARTBEAT_LOGS_OFF = {"ELASTIC_OTEL_HEARTBEAT_LOGS": "false"}
 
-    keepalives = 100 if quick else 1000
+
+def _measure(rx: Any, keepalives: int, extra_env: dict[str, str]) -> dict[str, Any]:
+    """One child through the bridge into ``rx``: what its keep-alives alone put on the wire."""
+    env = common.clean_env(
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "ELASTIC_OTEL_JOB_ID": "benchmark",
+            **extra_env,
+        }
+    )
     got: dict[str, dict[str, Any]] = {}
-    with ReceiverProcess("grpc") as rx:
-        env = common.clean_env(
-            {
-                "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint,
-                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-                "ELASTIC_OTEL_JOB_ID": "benchmark",
-            }
-        )
 
-        def snapshot() -> None:
-            time.sleep(0.3)  # nothing is in flight: the child flushed before pausing
-            got["setup"] = rx.stats()
+    def snapshot() -> None:
+        time.sleep(0.3)  # nothing is in flight: the child flushed before pausing
+        got["setup"] = rx.stats()
 
-        cfg = {"keepalives": keepalives, "pace_s": 0.001}
-        res = common.run_child_with_pause(MODULE, cfg, env, snapshot)
-        time.sleep(0.3)
-        got["all"] = rx.stats()
+    cfg = {"keepalives": keepalives, "pace_s": 0.001}
+    res = common.run_child_with_pause(MODULE, cfg, env, snapshot)
+    time.sleep(0.3)
+    got["all"] = rx.stats()
 
     def diff(kind: str, signal: str) -> int:
         return got["all"][kind][signal] - got["setup"][kind][signal]
 
-    logs, log_bytes = diff("records", "logs"), diff("bytes", "logs")
-    ka_events = res["keepalive_events"]
-    bytes_per_log = log_bytes / logs if logs else None
-    spans_from_keepalives = diff("records", "traces")
-    nodes, interval_s, per_ka = 4096, 5.0, 3
+    logs = diff("records", "logs")
+    return {
+        "child": res,
+        "received": got["all"],
+        "received_setup_only": got["setup"],
+        "keepalive_logs_received": logs,
+        "keepalive_events_sent": res["keepalive_events"],
+        "spans_from_keepalives": diff("records", "traces"),
+        "bytes_per_log": diff("bytes", "logs") / logs if logs else None,
+    }
+
+
+def _cluster(m: dict[str, Any], collector_cpu_per_record: float | None) -> dict[str, Any]:
+    """Scale one node's measured keep-alive records to a 4,096-node job."""
     from benchmarks.events import node_lifecycle
 
+    nodes, interval_s, per_ka = 4096, 5.0, 3
     # A re-rendezvous of a node with 8 workers: join (5), agent steps (2), old workers end
     # (8), new workers start (8).
     restart_events = len(node_lifecycle("x", nproc=8, keepalives=0, close=False))
-    records_per_s = nodes * per_ka / interval_s
-    node_cpu = res["cpu_us_per_event"]
-    collector_cpu_per_record = measured.get("collector_cpu_us_per_record")
-    table = {
+    events_per_s = nodes * per_ka / interval_s
+    ka_events = m["keepalive_events_sent"]
+    records_per_s = events_per_s * m["keepalive_logs_received"] / ka_events if ka_events else 0
+    return {
         "nodes": nodes,
         "keepalive_interval_s": interval_s,
         "events_per_keepalive": per_ka,
         "events_per_s_per_node": per_ka / interval_s,
-        "node_cpu_us_per_s": per_ka / interval_s * node_cpu,
+        "node_cpu_us_per_s": per_ka / interval_s * m["child"]["cpu_us_per_event"],
         "log_records_per_s": records_per_s,
-        "spans_per_s": records_per_s * spans_from_keepalives / ka_events if ka_events else None,
-        "otlp_bytes_per_s": records_per_s * bytes_per_log if bytes_per_log else None,
+        "spans_per_s": events_per_s * m["spans_from_keepalives"] / ka_events if ka_events else None,
+        "otlp_bytes_per_s": records_per_s * (m["bytes_per_log"] or 0),
         # The three events of one keep-alive are recorded within milliseconds, so each node's
         # batch processor (1 s schedule delay) sends them in one export request.
-        "export_requests_per_s": nodes / interval_s,
+        "export_requests_per_s": nodes / interval_s if records_per_s else 0,
         "connections": nodes,
         "collector_cores": records_per_s * collector_cpu_per_record / 1e6
         if collector_cpu_per_record
@@ -136,16 +146,22 @@ def run(quick: bool, measured: dict[str, Any]) -> dict[str, Any]:
         "restart_events_per_node": restart_events,
         "restart_storm_events": nodes * restart_events,
     }
+
+
+def run(quick: bool, measured: dict[str, Any]) -> dict[str, Any]:
+    """Measure keep-alive records (default, and heartbeat log records off), then scale them."""
+    from benchmarks.receiver import ReceiverProcess
+
+    keepalives = 100 if quick else 1000
+    with ReceiverProcess("grpc") as rx:
+        default = _measure(rx, keepalives, {})
+        off = _measure(rx, keepalives, HEARTBEAT_LOGS_OFF)
+    collector_cpu_per_record = measured.get("collector_cpu_us_per_record")
     return {
         "pattern": keepalive_pattern(),
-        "child": res,
-        "received": got["all"],
-        "received_setup_only": got["setup"],
-        "keepalive_logs_received": logs,
-        "keepalive_events_sent": ka_events,
-        "spans_from_keepalives": spans_from_keepalives,
-        "bytes_per_log": bytes_per_log,
-        "table": table,
+        **default,
+        "table": _cluster(default, collector_cpu_per_record),
+        "heartbeat_logs_off": {**off, "table": _cluster(off, collector_cpu_per_record)},
         "collector_cpu_us_per_record": collector_cpu_per_record,
     }
 

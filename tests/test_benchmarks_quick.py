@@ -113,3 +113,6 @@ def test_results_have_expected_shape(quick_run: tuple[str, dict, str]) -> None:
     scale = results["scale"]
     assert scale["keepalive_events_sent"] == scale["keepalive_logs_received"]
     assert scale["table"]["log_records_per_s"] == pytest.approx(4096 * 3 / 5)
+    off = scale["heartbeat_logs_off"]  # keep-alives counted on the span, not sent as logs
+    assert off["keepalive_events_sent"] > 0 and off["keepalive_logs_received"] == 0
+    assert off["table"]["log_records_per_s"] == off["table"]["export_requests_per_s"] == 0
