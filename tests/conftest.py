@@ -1,17 +1,24 @@
-"""Shared fixtures: the OTLP receiver, captured torch events, environment hygiene."""
+"""Shared fixtures: the OTLP receiver, captured torch events, a bridge handler on a torch-like
+event logger, environment hygiene."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 from otlp_receiver import OtlpReceiver
+
+if TYPE_CHECKING:
+    from elastic_otel.handler import OtelHandler
 
 DATA = Path(__file__).parent / "data"
 
@@ -45,3 +52,24 @@ def captured_events(name: str) -> list[tuple[float, str]]:
         created, _, payload = line.partition("\t")
         rows.append((float(created), payload))
     return rows
+
+
+@pytest.fixture
+def make_logger() -> Iterator:
+    """A torch-like event logger with a fresh bridge handler; shut down after the test."""
+    made: list[OtelHandler] = []
+
+    def make() -> tuple[logging.Logger, OtelHandler]:
+        from elastic_otel.handler import OtelHandler
+
+        handler = OtelHandler()
+        made.append(handler)
+        logger = logging.getLogger(f"torchelastic-events-test-{uuid.uuid4().hex[:6]}")
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+        return logger, handler
+
+    yield make
+    for handler in made:
+        handler.shutdown()

@@ -222,23 +222,16 @@ def test_classify(name: str, group: str, expected: tuple) -> None:
 
 
 def test_bridge_drops_are_metrics(
-    monkeypatch: pytest.MonkeyPatch, grpc_receiver: OtlpReceiver, meter_provider
+    monkeypatch: pytest.MonkeyPatch, grpc_receiver: OtlpReceiver, meter_provider, make_logger
 ) -> None:
     """Records dropped during a collector outage show as ``elastic_otel.dropped`` points."""
-    import logging
-
     from torch.distributed.elastic.events import Event, EventSource
-
-    from elastic_otel.handler import OtelHandler
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("ELASTIC_OTEL_RETRY_QUEUE_SIZE", "20")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # the exporter's own retries give up
     monkeypatch.setenv("OTEL_BLRP_SCHEDULE_DELAY", "50")
-    handler = OtelHandler()
-    logger = logging.getLogger(f"torchelastic-events-drops-{uuid.uuid4().hex[:6]}")
-    logger.propagate, logger.level = False, logging.INFO
-    logger.addHandler(handler)
+    logger, handler = make_logger()
     try:
         deadline = time.monotonic() + 30
         while handler.all_stats()["dropped_collector_outage"] == 0:

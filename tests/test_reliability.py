@@ -6,7 +6,6 @@ In-process tests use a real ``OtelHandler`` on a real ``logging.Logger`` (the wa
 
 from __future__ import annotations
 
-import logging
 import signal
 import subprocess
 import sys
@@ -14,7 +13,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,6 @@ from otlp_receiver import OtlpReceiver, free_port, make_self_signed_cert
 from torch.distributed.elastic.events import Event, EventSource, NodeState, RdzvEvent
 
 from elastic_otel import attributes as A
-from elastic_otel.handler import OtelHandler
 
 FAST_EXPORT = {"OTEL_BLRP_SCHEDULE_DELAY": "50", "OTEL_BSP_SCHEDULE_DELAY": "50"}
 
@@ -31,25 +28,6 @@ FAST_EXPORT = {"OTEL_BLRP_SCHEDULE_DELAY": "50", "OTEL_BSP_SCHEDULE_DELAY": "50"
 def use_receiver(monkeypatch: pytest.MonkeyPatch, receiver: OtlpReceiver, **extra: str) -> None:
     for key, value in {**receiver.exporter_env(), **FAST_EXPORT, **extra}.items():
         monkeypatch.setenv(key, value)
-
-
-@pytest.fixture
-def make_logger() -> Iterator:
-    """A torch-like event logger with a fresh bridge handler; shut down after the test."""
-    made: list[OtelHandler] = []
-
-    def make() -> tuple[logging.Logger, OtelHandler]:
-        handler = OtelHandler()
-        made.append(handler)
-        logger = logging.getLogger(f"torchelastic-events-test-{uuid.uuid4().hex[:6]}")
-        logger.propagate = False
-        logger.setLevel(logging.INFO)
-        logger.addHandler(handler)
-        return logger, handler
-
-    yield make
-    for handler in made:
-        handler.shutdown()
 
 
 def agent_event(i: int, run_id: str = "r") -> str:

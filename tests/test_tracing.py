@@ -330,26 +330,18 @@ def test_heartbeat_logs_off_keeps_them_counted_on_the_span() -> None:
     assert sum("keep-alive" in str(ev.body) for ev, _, _ in logs) == 1
 
 
-def test_heartbeat_logs_switch_over_otlp(monkeypatch, grpc_receiver) -> None:
+def test_heartbeat_logs_switch_over_otlp(monkeypatch, grpc_receiver, make_logger) -> None:
     """``ELASTIC_OTEL_HEARTBEAT_LOGS=false`` through the handler: what a collector receives."""
-    import logging
-
-    from elastic_otel.handler import OtelHandler
-
     for key, value in grpc_receiver.exporter_env().items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("ELASTIC_OTEL_HEARTBEAT_LOGS", "false")
-    handler = OtelHandler()
-    logger = logging.getLogger("torchelastic-events-heartbeat-test")
-    logger.propagate, logger.level = False, logging.INFO
-    logger.addHandler(handler)
+    logger, handler = make_logger()
     n = Node(5)
     beats = [row for _ in range(50) for row in n.heartbeat_triple()]
     rows = [n.attempt(), n.joined(0, 0, 1), *beats, n.closed()]
     for _, event in rows:
         logger.info(event.serialize())
     handler.shutdown()
-    logger.removeHandler(handler)
     assert handler.all_stats()["heartbeat_logs_skipped"] == 150
     (member,) = grpc_receiver.wait_for_spans(1, where=lambda s: s["name"] == A.SPAN_RDZV_MEMBER)
     assert member["attributes"][A.KEEP_ALIVE_COUNT] == 50
