@@ -289,14 +289,32 @@ def _exit_timeout() -> float:
 
 
 def _shutdown(state: _Installed, also: tuple[Callable[[], Any], ...] = ()) -> None:
+    """The last metric export, and ``also`` (the bridge's own bounded shutdown) beside it.
+
+    The bridge's counters make every collection non-empty, so with the collector down the
+    last export would retry for the whole exit bound: it is abandoned at the first export
+    failure seen during the exit, as the log and span flush is.
+    """
     if state.closed:
         return
     state.closed = True
+    from elastic_otel.delivery import EXPORT_WARNINGS, install_export_warnings
     from elastic_otel.pipeline import _run_bounded
 
+    install_export_warnings(EXPORT_WARNINGS)  # exporters may have created loggers late
+    seen = EXPORT_WARNINGS.seen
+    timeout = _exit_timeout()
     # An owned provider's shutdown() collects and exports once more, then stops the exporters.
     final = state.provider.shutdown if state.owned else state.provider.force_flush
-    _run_bounded([final, *also], _exit_timeout())
+    last_export = threading.Thread(
+        target=_run_bounded,
+        args=([final], timeout, lambda: EXPORT_WARNINGS.seen > seen),
+        name="elastic-otel-metrics-exit",
+        daemon=True,
+    )
+    last_export.start()
+    _run_bounded(list(also), timeout)
+    last_export.join(timeout)
 
 
 def _at_exit(state: _Installed) -> None:
