@@ -64,8 +64,9 @@ SCHEDULER_JOB_ID_VARIABLES = (
 )
 
 ELASTIC_OTEL_METRICS = "ELASTIC_OTEL_METRICS"
-"""``false`` leaves torchelastic's metrics alone when the bridge is activated (default ``true``).
-Where they go is ``OTEL_METRICS_EXPORTER`` (default ``otlp``) and ``OTEL_METRIC_EXPORT_*``."""
+"""``false`` leaves torchelastic's metrics alone when the bridge is activated, and reports no
+bridge counters as metrics either (default ``true``). Where they go is ``OTEL_METRICS_EXPORTER``
+(default ``otlp``) and ``OTEL_METRIC_EXPORT_*``."""
 
 # --- OTLP JSON file exporters (elastic_otel.otlp_json) ---------------------------------------
 
