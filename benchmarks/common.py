@@ -144,20 +144,15 @@ def run_child(
     timeout: float = 600.0,
 ) -> dict[str, Any]:
     """Run ``python -m module child CONFIG`` and return the JSON it prints after RESULT."""
-    cmd = [sys.executable, "-m", module, "child", json.dumps(dict(config))]
     proc = subprocess.run(
-        cmd,
+        _child_cmd(module, config),
         cwd=child_cwd(),
         env=dict(env) if env is not None else clean_env(),
         capture_output=True,
         text=True,
         timeout=timeout,
     )
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX) :])
-    tail = (proc.stderr or "")[-3000:]
-    raise RuntimeError(f"{module} child failed (exit {proc.returncode}):\n{tail}")
+    return _child_result(module, proc.stdout, proc.stderr, proc.returncode)
 
 
 def run_child_with_pause(
@@ -168,9 +163,8 @@ def run_child_with_pause(
     timeout: float = 600.0,
 ) -> dict[str, Any]:
     """Like :func:`run_child`; when the child prints PAUSE, call ``on_pause()``, then resume it."""
-    cmd = [sys.executable, "-m", module, "child", json.dumps(dict(config))]
     proc = subprocess.Popen(
-        cmd,
+        _child_cmd(module, config),
         cwd=child_cwd(),
         env=dict(env),
         stdin=subprocess.PIPE,
@@ -186,10 +180,19 @@ def run_child_with_pause(
             proc.stdin.flush()
             break
     out, err = proc.communicate(timeout=timeout)
+    return _child_result(module, out, err, proc.returncode)
+
+
+def _child_cmd(module: str, config: Mapping[str, Any]) -> list[str]:
+    return [sys.executable, "-m", module, "child", json.dumps(dict(config))]
+
+
+def _child_result(module: str, out: str, err: str | None, code: int | None) -> dict[str, Any]:
+    """The JSON a child printed after RESULT, or an error with the tail of its stderr."""
     for line in reversed(out.splitlines()):
         if line.startswith(RESULT_PREFIX):
             return json.loads(line[len(RESULT_PREFIX) :])
-    raise RuntimeError(f"{module} child failed (exit {proc.returncode}):\n{err[-3000:]}")
+    raise RuntimeError(f"{module} child failed (exit {code}):\n{(err or '')[-3000:]}")
 
 
 def pause() -> None:
