@@ -22,9 +22,12 @@ Importing this package imports neither torch nor the OpenTelemetry SDK.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from elastic_otel.handler import OtelHandler
+
+from elastic_otel.version import __version__
 
 __all__ = [
     "OtelEventHandler",
@@ -46,25 +49,25 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def register(route_rendezvous: bool | None = None, start: bool = True) -> Any:
+def register(route_rendezvous: bool | None = None, start: bool = True) -> OtelHandler:
     """Register the ``otel`` destination with torch (see :func:`registration.register`)."""
-    from elastic_otel.registration import register as _register
+    from elastic_otel.registration import register as register_with_torch
 
-    return _register(route_rendezvous=route_rendezvous, start=start)
+    return register_with_torch(route_rendezvous=route_rendezvous, start=start)
 
 
 def unregister() -> None:
     """Put torch's own event destinations back."""
-    from elastic_otel.registration import unregister as _unregister
+    from elastic_otel.registration import unregister as unregister_from_torch
 
-    _unregister()
+    unregister_from_torch()
 
 
-def get_handler() -> Any:
+def get_handler() -> OtelHandler:
     """The process-wide :class:`~elastic_otel.handler.OtelHandler`."""
-    from elastic_otel.registration import get_handler as _get_handler
+    from elastic_otel.handler import get_handler as process_handler
 
-    return _get_handler()
+    return process_handler()
 
 
 def flush(timeout_s: float | None = None) -> bool:
@@ -73,8 +76,7 @@ def flush(timeout_s: float | None = None) -> bool:
 
 
 def stats() -> dict[str, int]:
-    """Counters of the bridge: events received, processed, unparsed, dropped (queue full),
-    records exported, export failures, records dropped during a collector outage or at exit."""
-    from elastic_otel import registration
-
-    return registration.get_handler().all_stats()
+    """Counters of the bridge (see :mod:`elastic_otel.counters`): events received, processed,
+    unparsed, dropped (queue full, after shutdown), records exported, export failures, records
+    dropped during a collector outage or at exit."""
+    return get_handler().all_stats()

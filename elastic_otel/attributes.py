@@ -41,6 +41,14 @@ END_REASON: Final = "torchelastic.end_reason"
 KEEP_ALIVE_COUNT: Final = "torchelastic.keep_alive.count"
 KEEP_ALIVE_FAILURES: Final = "torchelastic.keep_alive.failures"
 KEEP_ALIVE_LAST_NS: Final = "torchelastic.keep_alive.last_time_unix_nano"
+HEARTBEAT_UPDATE_COUNT: Final = "torchelastic.heartbeat_update.count"
+SYNC_COUNT: Final = "torchelastic.sync.count"
+DROPPED_EVENTS: Final = "torchelastic.dropped_events"
+START_UNKNOWN: Final = "torchelastic.start_unknown"
+MESSAGE: Final = "torchelastic.message"
+ROLE_WORLD_SIZE: Final = "torchelastic.role_world_size"
+GROUP_WORLD_SIZE: Final = "torchelastic.group_world_size"
+ENTRY_POINT: Final = "torchelastic.entry_point"
 
 # OpenTelemetry semantic conventions.
 HOST_NAME: Final = "host.name"
@@ -61,6 +69,7 @@ SPAN_RDZV_MEMBER: Final = "rendezvous.member"
 SPAN_AGENT_RENDEZVOUS: Final = "agent.rendezvous"
 SPAN_AGENT_ASSIGN_RANKS: Final = "agent.assign_worker_ranks"
 SPAN_WORKER: Final = "worker"
+SPAN_AGENT_RUN: Final = "agent.run"
 
 INSTRUMENTATION_SCOPE: Final = "elastic_otel"
 
@@ -71,3 +80,7 @@ RDZV_OUTCOME: Final = "torchelastic.rendezvous.outcome"
 """How a ``next_rendezvous`` call ended: ``ok``, ``closed``, ``timeout`` or ``error``."""
 METRIC_GROUP: Final = "torchelastic.metric_group"
 """The torchelastic metric group a data point was put in (``torchelastic`` for torch's own)."""
+
+# Metric names the bridge records itself (beside torchelastic's own, see elastic_otel.metrics).
+METRIC_RDZV_DURATION: Final = "torchelastic.rendezvous.duration"
+METRIC_RDZV_NODES_WAITING: Final = "torchelastic.rendezvous.nodes_waiting"

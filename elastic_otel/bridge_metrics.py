@@ -8,7 +8,8 @@ threads). Instruments:
 * ``elastic_otel.events.received``, ``elastic_otel.events.unparsed`` (``{event}``);
 * ``elastic_otel.records.exported`` (``{record}``: log records and spans);
 * ``elastic_otel.dropped`` (``{record}``) with ``elastic_otel.reason``: ``queue_full`` (events
-  the bridge's queue refused), ``sdk_queue`` (the SDK's batch queues), ``collector_outage``
+  the bridge's queue refused), ``after_shutdown`` (events recorded after the exit flush ended
+  the open spans), ``sdk_queue`` (the SDK's batch queues), ``collector_outage``
   (oldest records past ``ELASTIC_OTEL_RETRY_QUEUE_SIZE``), ``rejected`` (records the exporter
   could not send), ``lost_at_exit``;
 * ``elastic_otel.export.pending`` (``{record}``): held back while the collector is down.
@@ -22,24 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from elastic_otel import counters as S
+
 REASON = "elastic_otel.reason"
-DROP_REASONS = {
-    "queue_full": "dropped_queue_full",
-    "sdk_queue": "dropped_sdk_queue",
-    "collector_outage": "dropped_collector_outage",
-    "rejected": "dropped_invalid",
-    "lost_at_exit": "lost_at_exit",
-}
 
 
-def _current_stats() -> dict[str, int] | None:
-    from elastic_otel import registration
-
-    handler = registration._handler
-    return handler.all_stats() if handler is not None else None
-
-
-def observe(meter: Any, read: Callable[[], dict[str, int] | None] = _current_stats) -> None:
+def observe(meter: Any, read: Callable[[], dict[str, int] | None]) -> None:
     """Register the bridge's counters on ``meter``; ``read`` returns them (``None``: no bridge)."""
     from opentelemetry.metrics import Observation
 
@@ -54,7 +43,7 @@ def observe(meter: Any, read: Callable[[], dict[str, int] | None] = _current_sta
         stats = read()
         if stats is None:
             return []
-        return [Observation(stats.get(k, 0), {REASON: r}) for r, k in DROP_REASONS.items()]
+        return [Observation(stats.get(k, 0), {REASON: r}) for r, k in S.DROP_REASONS.items()]
 
     counter = meter.create_observable_counter
     counter("elastic_otel.events.received", [values("received")], "{event}")
@@ -62,5 +51,5 @@ def observe(meter: Any, read: Callable[[], dict[str, int] | None] = _current_sta
     counter("elastic_otel.records.exported", [values("exported")], "{record}")
     counter("elastic_otel.dropped", [drops], "{record}")
     meter.create_observable_up_down_counter(
-        "elastic_otel.export.pending", [values("pending_export")], "{record}"
+        "elastic_otel.export.pending", [values(S.PENDING_EXPORT)], "{record}"
     )

@@ -23,12 +23,14 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import unquote
 
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
-from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from elastic_otel.counters import DeliveryCounters
 
 _CHUNK = 512
 _FIRST_BACKOFF_S = 1.0
@@ -36,40 +38,6 @@ _MAX_BACKOFF_S = 30.0
 DEFAULT_RETRY_QUEUE_SIZE = 100_000
 
 _logger = logging.getLogger("elastic_otel")
-
-
-class DeliveryStats:
-    """Export counters shared by all buffers of one pipeline."""
-
-    __slots__ = (
-        "_lock",
-        "dropped_invalid",
-        "dropped_outage",
-        "exported",
-        "failed_attempts",
-        "lost_at_exit",
-    )
-
-    def __init__(self) -> None:
-        self.exported = 0
-        self.failed_attempts = 0
-        self.dropped_outage = 0
-        self.lost_at_exit = 0  # still buffered when the exit flush ran out of time
-        self.dropped_invalid = 0  # records an exporter raised on (e.g. unencodable)
-        self._lock = threading.Lock()
-
-    def add(self, name: str, n: int) -> None:
-        with self._lock:
-            setattr(self, name, getattr(self, name) + n)
-
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "exported": self.exported,
-            "export_failed_attempts": self.failed_attempts,
-            "dropped_collector_outage": self.dropped_outage,
-            "lost_at_exit": self.lost_at_exit,
-            "dropped_invalid": self.dropped_invalid,
-        }
 
 
 class OutageBuffer:
@@ -82,9 +50,10 @@ class OutageBuffer:
     def __init__(
         self,
         inner: Any,
-        stats: DeliveryStats,
+        stats: DeliveryCounters,
         signal: str,
         max_items: int = DEFAULT_RETRY_QUEUE_SIZE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inner = inner
         self.stats = stats
@@ -92,6 +61,7 @@ class OutageBuffer:
         self.max_items = max(1, max_items)
         self._backlog: deque[Any] = deque()
         self._lock = threading.Lock()
+        self._clock = clock
         self._retry_at = 0.0
         self._backoff = _FIRST_BACKOFF_S
         self._warned_overflow = False
@@ -110,7 +80,7 @@ class OutageBuffer:
             return self._failure
         with self._lock:
             self._backlog.extend(batch)
-            if time.monotonic() < self._retry_at:
+            if self._clock() < self._retry_at:
                 self._trim()
                 return self._success  # deferred; the SDK would only log a failure
             result = self._send_backlog()
@@ -144,9 +114,9 @@ class OutageBuffer:
                 self._backoff = _FIRST_BACKOFF_S
                 self._retry_at = 0.0
                 continue
-            self.stats.add("failed_attempts", 1)
+            self.stats.add("export_failed_attempts", 1)
             self._backlog.extendleft(reversed(chunk))
-            self._retry_at = time.monotonic() + self._backoff
+            self._retry_at = self._clock() + self._backoff
             self._backoff = min(self._backoff * 2, _MAX_BACKOFF_S)
             return self._failure
         return self._success
@@ -157,7 +127,7 @@ class OutageBuffer:
             return
         for _ in range(excess):
             self._backlog.popleft()
-        self.stats.add("dropped_outage", excess)
+        self.stats.add("dropped_collector_outage", excess)
         if not self._warned_overflow:
             self._warned_overflow = True
             _logger.warning(
@@ -188,6 +158,14 @@ class OutageBuffer:
         back-off short; what is still exported afterwards counts as ``lost_at_exit``."""
         self._interrupted = True
         self.inner.shutdown()
+
+
+class SpanOutageBuffer(OutageBuffer, SpanExporter):
+    """An :class:`OutageBuffer` for a span exporter, typed as one."""
+
+
+class LogOutageBuffer(OutageBuffer, LogRecordExporter):
+    """An :class:`OutageBuffer` for a log record exporter, typed as one."""
 
 
 def _result(inner: Any, name: str) -> Any:
@@ -247,7 +225,7 @@ EXPORT_WARNINGS = ExportWarnings()
 
 def _header_values() -> list[str]:
     """Values of OTEL_EXPORTER_OTLP_*HEADERS, never to be printed."""
-    values = []
+    values: list[str] = []
     for name, raw in os.environ.items():
         if name.startswith("OTEL_EXPORTER_OTLP") and name.endswith("HEADERS"):
             for pair in raw.split(","):

@@ -24,7 +24,7 @@ from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlag
 from elastic_otel import attributes as A
 from elastic_otel.logs import to_log
 from elastic_otel.parsing import ElasticEvent
-from elastic_otel.tracing import STATUS_ERROR, STATUS_OK, SpanRecord
+from elastic_otel.spans import STATUS_ERROR, STATUS_OK, Output, SpanRecord
 
 DEFAULT_VALUE_LIMIT = 16384
 """Characters kept per string value when ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` is unset."""
@@ -87,6 +87,13 @@ class Emitter:
         self.resource = resource
         self.scope = InstrumentationScope(A.INSTRUMENTATION_SCOPE, scope_version)
         self.limit = value_limit()
+
+    def emit_output(self, out: Output) -> None:
+        """Emit what one step of the trace model handed out: its spans, then its logs."""
+        for span in out.spans:
+            self.emit_span(span)
+        for event, trace_id, span_id in out.logs:
+            self.emit_log(event, trace_id, span_id)
 
     def emit_log(self, event: ElasticEvent, trace_id: int, span_id: int) -> None:
         if self.logger is None:

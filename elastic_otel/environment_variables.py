@@ -25,8 +25,14 @@ ELASTIC_OTEL_TRACES = "ELASTIC_OTEL_TRACES"
 ELASTIC_OTEL_JOB_ID = "ELASTIC_OTEL_JOB_ID"
 """Job-unique salt shared by every node of one job, mixed into trace ids."""
 
+ELASTIC_OTEL_JOB_ATTEMPT = "ELASTIC_OTEL_JOB_ATTEMPT"
+"""Which attempt of the job this is, when the scheduler runs the same job id again (a requeue,
+a JobSet restart); mixed into trace ids so that attempts get their own traces. Default: the
+scheduler's own count (:data:`SCHEDULER_ATTEMPT_VARIABLES`), else none."""
+
 ELASTIC_OTEL_EXIT_TIMEOUT = "ELASTIC_OTEL_EXIT_TIMEOUT"
 """Seconds the process may spend at exit flushing telemetry (default ``2``)."""
+DEFAULT_EXIT_TIMEOUT_S = 2.0
 
 ELASTIC_OTEL_QUEUE_SIZE = "ELASTIC_OTEL_QUEUE_SIZE"
 """Events buffered between torch's thread and the bridge's worker (default ``65536``); also
@@ -63,6 +69,11 @@ SCHEDULER_JOB_ID_VARIABLES = (
     "FLUX_JOB_ID",
 )
 
+# Scheduler attempt counters used when ELASTIC_OTEL_JOB_ATTEMPT is unset. Slurm counts requeues
+# of one job id; LSF, PBS and Flux expose no count (a resubmission there is a new job id).
+# Kubernetes: map JobSet's restart attempt through the downward API (see README, "Trace model").
+SCHEDULER_ATTEMPT_VARIABLES = ("SLURM_RESTART_COUNT",)
+
 ELASTIC_OTEL_METRICS = "ELASTIC_OTEL_METRICS"
 """``false`` leaves torchelastic's metrics alone when the bridge is activated, and reports no
 bridge counters as metrics either (default ``true``). Where they go is ``OTEL_METRICS_EXPORTER``
@@ -93,8 +104,34 @@ def env_float(name: str, default: float) -> float:
         return default
 
 
-def env_flag(name: str, default: bool) -> bool:
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_warned_flags: set[str] = set()
+
+
+def env_switch(name: str) -> bool | None:
+    """A boolean variable: ``True``, ``False``, or ``None`` when unset or unrecognised.
+
+    ``true/1/yes/on`` and ``false/0/no/off`` (any case) are recognised; anything else is
+    treated as unset, with one warning per variable, so that a typo never silently means
+    "on" in one place and "off" in another.
+    """
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
-        return default
-    return raw in ("1", "true", "yes", "on")
+        return None
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    if name not in _warned_flags:
+        _warned_flags.add(name)
+        _logger.warning(
+            "elastic-otel: %s=%r is neither true nor false; ignoring it", name, raw[:40]
+        )
+    return None
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """:func:`env_switch`, with ``default`` when unset or unrecognised."""
+    value = env_switch(name)
+    return default if value is None else value

@@ -19,18 +19,18 @@ nothing, and this module imports neither torch nor the SDK.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
+    BaseInstrumentor,
+)
 
 from elastic_otel import environment_variables as env
 
 _logger = logging.getLogger("elastic_otel")
 
 _TRIGGER_MODULE = "torch.distributed.elastic.rendezvous"
-_FALSE = ("0", "false", "no", "off")
 
 
 class ElasticOtelInstrumentor(BaseInstrumentor):
@@ -42,7 +42,7 @@ class ElasticOtelInstrumentor(BaseInstrumentor):
         return ("torch >= 2.4",)
 
     def _instrument(self, **kwargs: Any) -> None:
-        if os.environ.get(env.ELASTIC_OTEL_ENABLED, "").strip().lower() in _FALSE:
+        if env.env_switch(env.ELASTIC_OTEL_ENABLED) is False:
             return
         ElasticOtelInstrumentor._active = True
         from wrapt import register_post_import_hook  # a dependency of opentelemetry-instrumentation
@@ -66,9 +66,8 @@ def _activate(_module: Any) -> None:
     if not ElasticOtelInstrumentor._active:
         return  # uninstrumented before torch elastic was imported
     try:
-        from elastic_otel.registration import activate_metrics, register
+        from elastic_otel.activation import activate
 
-        register(start=True)
-        activate_metrics()
+        activate(context_requests=True)
     except Exception as e:  # never break the program being instrumented
         _logger.warning("elastic-otel: not activated by opentelemetry-instrument: %s", e)

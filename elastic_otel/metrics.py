@@ -41,10 +41,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from elastic_otel import attributes as A
-from elastic_otel import bridge_metrics
+from elastic_otel import bridge_metrics, torchrun_args
 from elastic_otel import environment_variables as env
-from elastic_otel.environment_variables import env_flag, env_float
-from elastic_otel.handler import DEFAULT_EXIT_TIMEOUT_S
+from elastic_otel.handler import current_handler
 
 try:  # torch is optional for the package; the handler is a MetricHandler where it exists.
     from torch.distributed.elastic.metrics.api import MetricHandler as _MetricHandlerBase
@@ -93,7 +92,7 @@ def _metric_name(name: str) -> str:
     return _INVALID.sub("_", name).lower()[:255]
 
 
-class OtelMetricHandler(_MetricHandlerBase):  # type: ignore[misc,valid-type]
+class OtelMetricHandler(_MetricHandlerBase):
     """A torchelastic ``MetricHandler`` recording every value on an OTel ``Meter``."""
 
     def __init__(self, meter: Any) -> None:
@@ -146,7 +145,7 @@ class OtelMetricHandler(_MetricHandlerBase):  # type: ignore[misc,valid-type]
         return instrument
 
 
-class _TeeHandler(_MetricHandlerBase):  # type: ignore[misc,valid-type]
+class _TeeHandler(_MetricHandlerBase):
     """Feeds the bridge, then the handler torch resolved for the group."""
 
     __slots__ = ("_first", "_second")
@@ -162,8 +161,6 @@ class _TeeHandler(_MetricHandlerBase):  # type: ignore[misc,valid-type]
 # --- run id -----------------------------------------------------------------------------------
 
 _run_id: str | None = None
-_argv_run_id: str | None = None
-_argv_checked = False
 
 
 def set_run_id(run_id: str) -> None:
@@ -174,17 +171,7 @@ def set_run_id(run_id: str) -> None:
 
 def current_run_id() -> str | None:
     """:func:`set_run_id`'s value, else torchrun's ``--rdzv-id`` (not with ``--standalone``)."""
-    global _argv_run_id, _argv_checked
-    if _run_id is not None:
-        return _run_id
-    if not _argv_checked:
-        _argv_checked = True
-        from elastic_otel.rendezvous_tracing import torchrun_arguments
-
-        args = torchrun_arguments()
-        if args is not None and not getattr(args, "standalone", False):
-            _argv_run_id = getattr(args, "rdzv_id", None) or None
-    return _argv_run_id
+    return _run_id if _run_id is not None else torchrun_args.rdzv_run_id()
 
 
 # --- provider ---------------------------------------------------------------------------------
@@ -205,7 +192,7 @@ def enabled() -> bool:
     """Whether metrics are wanted: ``ELASTIC_OTEL_METRICS`` unset/true and the SDK enabled."""
     from elastic_otel.pipeline import sdk_disabled
 
-    return env_flag(env.ELASTIC_OTEL_METRICS, True) and not sdk_disabled()
+    return env.env_flag(env.ELASTIC_OTEL_METRICS, True) and not sdk_disabled()
 
 
 def install(meter_provider: Any = None) -> OtelMetricHandler | None:
@@ -231,12 +218,12 @@ def install(meter_provider: Any = None) -> OtelMetricHandler | None:
         except Exception as e:
             _logger.warning("elastic-otel: metrics disabled, set-up failed: %s", e)
             return None
-        from elastic_otel import __version__
+        from elastic_otel.version import __version__
 
         meter = provider.get_meter("elastic_otel", __version__)
         handler = OtelMetricHandler(meter)
         try:
-            bridge_metrics.observe(meter)
+            bridge_metrics.observe(meter, _bridge_stats)
         except Exception as e:  # the bridge's own counters stay in elastic_otel.stats()
             _logger.warning("elastic-otel: bridge counters not reported as metrics: %s", e)
         state = _Installed(handler, provider, owned)
@@ -247,8 +234,8 @@ def install(meter_provider: Any = None) -> OtelMetricHandler | None:
             return torch_metrics_api.MetricStream(group, _TeeHandler(handler, stream.handler))
 
         for module in (torch_metrics_api, torch_metrics):
-            state.originals[module] = module.getStream
-            module.getStream = get_stream
+            state.originals[module] = getattr(module, "getStream")  # noqa: B009
+            setattr(module, "getStream", get_stream)  # noqa: B010
         _installed = state
         if owned:
             atexit.register(_at_exit, state)
@@ -267,7 +254,7 @@ def uninstall() -> None:
     _shutdown(state)
 
 
-def current_handler() -> OtelMetricHandler | None:
+def installed_handler() -> OtelMetricHandler | None:
     """The installed handler, if any (for other parts of the bridge to record on)."""
     state = _installed
     return state.handler if state is not None else None
@@ -278,14 +265,19 @@ def flush(timeout_s: float | None = None) -> bool:
     state = _installed
     if state is None:
         return True
-    from elastic_otel.pipeline import _run_bounded
+    from elastic_otel.pipeline import run_bounded
 
     timeout_s = _exit_timeout() if timeout_s is None else timeout_s
-    return _run_bounded([state.provider.force_flush], timeout_s)
+    return run_bounded([state.provider.force_flush], timeout_s)
 
 
 def _exit_timeout() -> float:
-    return env_float(env.ELASTIC_OTEL_EXIT_TIMEOUT, DEFAULT_EXIT_TIMEOUT_S)
+    return env.env_float(env.ELASTIC_OTEL_EXIT_TIMEOUT, env.DEFAULT_EXIT_TIMEOUT_S)
+
+
+def _bridge_stats() -> dict[str, int] | None:
+    bridge = current_handler()
+    return bridge.all_stats() if bridge is not None else None
 
 
 def _shutdown(state: _Installed, also: tuple[Callable[[], Any], ...] = ()) -> None:
@@ -299,7 +291,7 @@ def _shutdown(state: _Installed, also: tuple[Callable[[], Any], ...] = ()) -> No
         return
     state.closed = True
     from elastic_otel.delivery import EXPORT_WARNINGS, install_export_warnings
-    from elastic_otel.pipeline import _run_bounded
+    from elastic_otel.pipeline import run_bounded
 
     install_export_warnings(EXPORT_WARNINGS)  # exporters may have created loggers late
     seen = EXPORT_WARNINGS.seen
@@ -307,13 +299,13 @@ def _shutdown(state: _Installed, also: tuple[Callable[[], Any], ...] = ()) -> No
     # An owned provider's shutdown() collects and exports once more, then stops the exporters.
     final = state.provider.shutdown if state.owned else state.provider.force_flush
     last_export = threading.Thread(
-        target=_run_bounded,
+        target=run_bounded,
         args=([final], timeout, lambda: EXPORT_WARNINGS.seen > seen),
         name="elastic-otel-metrics-exit",
         daemon=True,
     )
     last_export.start()
-    _run_bounded(list(also), timeout)
+    run_bounded(list(also), timeout)
     last_export.join(timeout)
 
 
@@ -323,9 +315,7 @@ def _at_exit(state: _Installed) -> None:
     This hook runs before the bridge handler's own (registered earlier); its shutdown is
     idempotent, so the later call returns at once.
     """
-    from elastic_otel import registration
-
-    bridge = registration._handler
+    bridge = current_handler()
     _shutdown(state, (bridge.shutdown,) if bridge is not None else ())
 
 

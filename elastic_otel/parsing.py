@@ -116,7 +116,7 @@ def parse_event(
     except _Unparsed as e:
         return _unparsed(e.text, e.reason, created_ns, raw_limit)
     except Exception as e:  # a hostile __repr__/__str__, recursion, ...
-        return _unparsed(_safe_text(payload), f"{type(e).__name__}: {e}", created_ns, raw_limit)
+        return _unparsed(safe_text(payload), f"{type(e).__name__}: {e}", created_ns, raw_limit)
     try:
         if "node_state" in data and "run_id" in data and "message" in data:
             return _rdzv_event(data, created_ns)
@@ -156,7 +156,7 @@ def _as_mapping(payload: object) -> dict[str, Any]:
         text = serialize()
         if isinstance(text, str):
             return _loads(text)
-    raise _Unparsed(f"unsupported message type {type(payload).__name__}", _safe_text(payload))
+    raise _Unparsed(f"unsupported message type {type(payload).__name__}", safe_text(payload))
 
 
 def _loads(text: str) -> dict[str, Any]:
@@ -468,13 +468,20 @@ def _error_from_message(message: str, stacktrace: str) -> ErrorInfo:
     return ErrorInfo(type="", message=message, stacktrace=stacktrace)
 
 
-def _put_error(attrs: Attributes, error: ErrorInfo) -> None:
+def error_attributes(error: ErrorInfo) -> dict[str, str]:
+    """The semantic-convention ``exception.*`` attributes of ``error`` (empty parts left out)."""
+    attrs: dict[str, str] = {}
     if error.type:
         attrs[A.EXCEPTION_TYPE] = error.type
     if error.message:
         attrs[A.EXCEPTION_MESSAGE] = error.message
     if error.stacktrace:
         attrs[A.EXCEPTION_STACKTRACE] = error.stacktrace
+    return attrs
+
+
+def _put_error(attrs: Attributes, error: ErrorInfo) -> None:
+    attrs.update(error_attributes(error))
 
 
 def _put_extra(attrs: Attributes, extra: dict[str, Any]) -> None:
@@ -510,10 +517,10 @@ def _raw_text(payload: object, data: dict[str, Any]) -> str:
     try:
         return json.dumps(data, default=repr)
     except Exception:
-        return _safe_text(payload)
+        return safe_text(payload)
 
 
-def _safe_text(value: object) -> str:
+def safe_text(value: object) -> str:
     try:
         text = value if isinstance(value, str) else repr(value)
     except Exception as e:
@@ -531,7 +538,7 @@ def _text(value: object) -> str:
         return ""
     if isinstance(value, Enum):
         return str(value.value)
-    return _safe_text(value)
+    return safe_text(value)
 
 
 def _enum_name(value: object) -> str:
@@ -580,4 +587,4 @@ def _attr_value(value: object) -> AttrValue:
     try:
         return json.dumps(value, default=repr, ensure_ascii=False)
     except Exception:
-        return _safe_text(value)
+        return safe_text(value)

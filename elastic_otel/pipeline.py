@@ -34,14 +34,17 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from elastic_otel import counters as C
 from elastic_otel import environment_variables as env
 from elastic_otel.attributes import INSTRUMENTATION_SCOPE
+from elastic_otel.counters import DeliveryCounters
 from elastic_otel.delivery import (
     DEFAULT_RETRY_QUEUE_SIZE,
     EXPORT_WARNINGS,
-    DeliveryStats,
     ExportWarnings,
+    LogOutageBuffer,
     OutageBuffer,
+    SpanOutageBuffer,
     install_export_warnings,
 )
 
@@ -86,7 +89,7 @@ class _HashOnceResource(Resource):
 
     def __hash__(self) -> int:
         try:
-            return self._hash_once  # type: ignore[has-type]
+            return self._hash_once
         except AttributeError:
             self._hash_once: int = super().__hash__()
             return self._hash_once
@@ -97,19 +100,23 @@ def exporter_names(signal: str) -> list[str]:
     raw = os.environ.get(_SIGNAL_ENV[signal], "").strip() or "otlp"
     if raw.lower() == "none":
         return []
-    try:
-        from opentelemetry.sdk._configuration import _get_exporter_entry_point
-    except ImportError:  # pragma: no cover - older or newer SDK layout
-
-        def _get_exporter_entry_point(name: str, _signal: Any) -> str:
-            return name
-
     names = []
     for name in raw.split(","):
         name = name.strip()
         if name and name.lower() != "none":
-            names.append(_get_exporter_entry_point(name, signal))
+            names.append(_entry_point_name(name, signal))
     return names
+
+
+def _entry_point_name(name: str, signal: str) -> str:
+    """``otlp`` → ``otlp_proto_grpc`` / ``otlp_proto_http`` per ``OTEL_EXPORTER_OTLP_*PROTOCOL``,
+    as the SDK's own configurator resolves it (its helper is private: used, not copied, so
+    that the resolution stays the SDK's)."""
+    try:
+        from opentelemetry.sdk._configuration import _get_exporter_entry_point
+    except ImportError:  # pragma: no cover - older or newer SDK layout
+        return name
+    return str(_get_exporter_entry_point(name, signal))  # type: ignore[arg-type]
 
 
 def exporter_class(signal: str, name: str) -> Any:
@@ -132,7 +139,7 @@ class Pipeline:
     span_processor: SpanProcessor | None
     resource: Resource
     owned: bool  # built here (we flush and shut it down) or borrowed from the application
-    delivery: DeliveryStats = field(default_factory=DeliveryStats)
+    delivery: DeliveryCounters = field(default_factory=DeliveryCounters)
     warnings: ExportWarnings = EXPORT_WARNINGS
     buffers: list[OutageBuffer] = field(default_factory=list)
     _closers: list[Callable[[], Any]] = field(default_factory=list)
@@ -142,13 +149,21 @@ class Pipeline:
         """Records held back because the collector did not answer."""
         return sum(b.pending for b in self.buffers)
 
+    def counters(self) -> dict[str, int]:
+        """The delivery counters and gauges of ``elastic_otel.stats()``."""
+        counters = self.delivery.as_dict()
+        counters[C.PENDING_EXPORT] = self.pending()
+        counters[C.EXPORT_WARNINGS_SUPPRESSED] = self.warnings.suppressed
+        counters[C.DROPPED_SDK_QUEUE] = self.warnings.queue_full
+        return counters
+
     def flush(self, timeout_s: float, stop_on_failure: bool = False) -> bool:
         """Export what is buffered, waiting at most ``timeout_s``. With ``stop_on_failure``
         (at exit) stop waiting as soon as an export fails: the collector is down, and waiting
         would only delay the exit."""
         seen = self.warnings.seen
         give_up = (lambda: self.warnings.seen > seen) if stop_on_failure else None
-        return _run_bounded(self._flushers, timeout_s, give_up)
+        return run_bounded(self._flushers, timeout_s, give_up)
 
     def shutdown(self, timeout_s: float) -> bool:
         """Flush, then stop exporters (which also interrupts their retry back-off)."""
@@ -160,7 +175,7 @@ class Pipeline:
             # which the processors' shutdown would otherwise wait out.
             interrupt = [b.interrupt for b in self.buffers] if not ok else []
             calls = [*interrupt, *self._closers]
-            ok = _run_bounded(calls, max(0.05, deadline - time.monotonic())) and ok
+            ok = run_bounded(calls, max(0.05, deadline - time.monotonic())) and ok
         self.delivery.add("lost_at_exit", self.pending())
         return ok
 
@@ -194,12 +209,17 @@ def _borrowed(
 
 def _owned(version: str) -> Pipeline:
     resource = build_resource()
-    delivery = DeliveryStats()
+    delivery = DeliveryCounters()
     buffers: list[OutageBuffer] = []
     retry_size = env.env_int(env.ELASTIC_OTEL_RETRY_QUEUE_SIZE, DEFAULT_RETRY_QUEUE_SIZE)
 
-    def buffered(signal: str, name: str) -> OutageBuffer:
-        buffer = OutageBuffer(load_exporter(signal, name), delivery, signal, retry_size)
+    def span_buffer(name: str) -> SpanOutageBuffer:
+        buffer = SpanOutageBuffer(load_exporter("traces", name), delivery, "traces", retry_size)
+        buffers.append(buffer)
+        return buffer
+
+    def log_buffer(name: str) -> LogOutageBuffer:
+        buffer = LogOutageBuffer(load_exporter("logs", name), delivery, "logs", retry_size)
         buffers.append(buffer)
         return buffer
 
@@ -215,22 +235,24 @@ def _owned(version: str) -> Pipeline:
     # SDK default (2048) would drop bursts the bridge's own queue accepted. Unless the user
     # set them, size the SDK queues like the bridge's.
     queue = env.env_int(env.ELASTIC_OTEL_QUEUE_SIZE, env.DEFAULT_QUEUE_SIZE)
-    bsp = {} if os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE") else {"max_queue_size": queue}
-    blrp = {} if os.environ.get("OTEL_BLRP_MAX_QUEUE_SIZE") else {"max_queue_size": queue}
+    bsp_queue = None if os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE") else queue
+    blrp_queue = None if os.environ.get("OTEL_BLRP_MAX_QUEUE_SIZE") else queue
 
     span_processor: SynchronousMultiSpanProcessor | None = None
     trace_names = exporter_names("traces")
     if trace_names:
         span_processor = SynchronousMultiSpanProcessor()
         for name in trace_names:
-            span_processor.add_span_processor(BatchSpanProcessor(buffered("traces", name), **bsp))
+            span_processor.add_span_processor(
+                BatchSpanProcessor(span_buffer(name), max_queue_size=bsp_queue)
+            )
     logger_provider: LoggerProvider | None = None
     log_names = exporter_names("logs")
     if log_names:
         logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
         for name in log_names:
             logger_provider.add_log_record_processor(
-                BatchLogRecordProcessor(buffered("logs", name), **blrp)
+                BatchLogRecordProcessor(log_buffer(name), max_queue_size=blrp_queue)
             )
     pipeline = Pipeline(
         logger_provider.get_logger(INSTRUMENTATION_SCOPE, version) if logger_provider else None,
@@ -251,7 +273,7 @@ def _owned(version: str) -> Pipeline:
     return pipeline
 
 
-def _run_bounded(
+def run_bounded(
     calls: list[Callable[[], Any]], timeout_s: float, give_up: Callable[[], bool] | None = None
 ) -> bool:
     """Run ``calls`` concurrently on daemon threads; give up on them after ``timeout_s``.

@@ -19,8 +19,9 @@ No duplicates: when the wrapped handler is a ``DynamicRendezvousHandler`` and to
 ``dynamic_rendezvous`` events already reach the bridge, the wrapper only adds metrics.
 
 torchrun uses it through the ``torchrun.handlers`` entry points ``otel-c10d``, ``otel-static``,
-``otel-etcd`` and ``otel-etcd-v2`` (:func:`traced_creator`); choosing one asks for telemetry, so
-it activates the bridge and its metrics unless ``ELASTIC_OTEL_ENABLED=false``.
+``otel-etcd`` and ``otel-etcd-v2`` (:mod:`elastic_otel.entry_points`, with
+:func:`traced_creator`); choosing one asks for telemetry, so it activates the bridge and its
+metrics unless ``ELASTIC_OTEL_ENABLED=false``.
 
 torch's registry requires ``get_backend()`` to equal the requested name (``otel-static``), so a
 handler made there reports that name; one wrapped in code reports the wrapped backend's name.
@@ -31,14 +32,12 @@ torchrun gives ``static`` only (the node rank, and the ``--master-addr:--master-
 
 from __future__ import annotations
 
-import argparse
 import copy
 import functools
 import itertools
 import logging
 import os
 import socket
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -47,14 +46,13 @@ from typing import Any
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from elastic_otel import attributes as A
-from elastic_otel import environment_variables as env
-from elastic_otel import metrics
+from elastic_otel import metrics, torchrun_args
+from elastic_otel.handler import OtelHandler, get_handler
+from elastic_otel.registration import rendezvous_routed
 
 _logger = logging.getLogger("elastic_otel")
 
-RDZV_DESTINATION = "dynamic_rendezvous"
 _local_ids = itertools.count()
-_TORCHRUN_PROGRAMS = frozenset({"torchrun", "run.py", "launch.py"})
 
 
 class TracedRendezvousHandler(RendezvousHandler):
@@ -68,7 +66,7 @@ class TracedRendezvousHandler(RendezvousHandler):
         self,
         inner: Any,
         backend_name: str | None = None,
-        event_handler: Any = None,
+        event_handler: OtelHandler | None = None,
     ) -> None:
         self._inner = inner
         self._wrapped_backend = _backend_of(inner)
@@ -141,11 +139,11 @@ class TracedRendezvousHandler(RendezvousHandler):
 
     def num_nodes_waiting(self) -> int:
         waiting = self._inner.num_nodes_waiting()
-        handler = metrics.current_handler()
+        handler = metrics.installed_handler()
         if handler is not None and isinstance(waiting, int):
             handler.record(
                 metrics.GAUGE,
-                "torchelastic.rendezvous.nodes_waiting",
+                A.METRIC_RDZV_NODES_WAITING,
                 waiting,
                 {A.RDZV_BACKEND: self._backend_name},
             )
@@ -183,25 +181,10 @@ class TracedRendezvousHandler(RendezvousHandler):
 
     def _torch_records_events(self) -> bool:
         """Whether the wrapped handler's own rendezvous events already reach the bridge."""
-        if not _is_dynamic(self._inner):
-            return False
-        try:
-            from torch.distributed.elastic.events import handlers
-        except ImportError:  # pragma: no cover
-            return False
-        current = handlers._log_handlers.get(RDZV_DESTINATION)
-        if current is None or isinstance(current, logging.NullHandler):
-            return False  # torch builds no rendezvous event at all
-        bridge = self._bridge()
-        if current is bridge:
-            return True
-        torch_logger = logging.getLogger("torchelastic-events-" + RDZV_DESTINATION)
-        return bridge in torch_logger.handlers
+        return _is_dynamic(self._inner) and rendezvous_routed(self._bridge())
 
-    def _bridge(self) -> Any:
+    def _bridge(self) -> OtelHandler:
         if self._event_handler is None:
-            from elastic_otel.registration import get_handler
-
             self._event_handler = get_handler()
         return self._event_handler
 
@@ -302,12 +285,12 @@ class TracedRendezvousHandler(RendezvousHandler):
         return self._successes
 
     def _duration(self, start: float, outcome: str) -> None:
-        handler = metrics.current_handler()
+        handler = metrics.installed_handler()
         if handler is None:
             return
         handler.record(
             metrics.HISTOGRAM,
-            "torchelastic.rendezvous.duration",
+            A.METRIC_RDZV_DURATION,
             (time.monotonic() - start) * 1000.0,
             {A.RDZV_BACKEND: self._backend_name, A.RDZV_OUTCOME: outcome},
             unit="ms",
@@ -373,25 +356,6 @@ _DEFAULT_TEXT = {
 # --- torchrun integration ---------------------------------------------------------------------
 
 
-def torchrun_arguments() -> argparse.Namespace | None:
-    """This process's torchrun arguments, or ``None`` when it is not torchrun."""
-    if os.path.basename(sys.argv[0] if sys.argv else "") not in _TORCHRUN_PROGRAMS:
-        return None
-    try:
-        from torch.distributed.run import get_args_parser
-
-        parser = get_args_parser()
-
-        def fail(message: str) -> None:
-            raise ValueError(message)
-
-        parser.error = fail  # type: ignore[method-assign]
-        args, _ = parser.parse_known_args(sys.argv[1:])
-        return args
-    except (Exception, SystemExit):
-        return None
-
-
 def _torch_creator(name: str) -> Callable[[Any], Any]:
     from torch.distributed.elastic.rendezvous import registry
 
@@ -407,7 +371,7 @@ def _static_defaults(params: Any) -> None:
     """What torchrun gives ``--rdzv-backend static`` only: the node rank, the endpoint."""
     if "rank" in params.config and params.endpoint.strip():
         return
-    args = torchrun_arguments()
+    args = torchrun_args.torchrun_arguments()
     if args is None:
         return
     if "rank" not in params.config:
@@ -424,7 +388,6 @@ def traced_creator(name: str) -> Callable[[Any], TracedRendezvousHandler]:
     """
 
     def create(params: Any) -> TracedRendezvousHandler:
-        _activate()
         inner_params = copy.copy(params)
         inner_params.config = dict(params.config)
         inner_params.backend = name
@@ -435,16 +398,3 @@ def traced_creator(name: str) -> Callable[[Any], TracedRendezvousHandler]:
 
     create.__name__ = create.__qualname__ = f"create_traced_{name.replace('-', '_')}_handler"
     return create
-
-
-def _activate() -> None:
-    """Choosing an ``otel-*`` backend asks for telemetry: activate unless switched off."""
-    if os.environ.get(env.ELASTIC_OTEL_ENABLED, "").strip().lower() in ("0", "false", "no", "off"):
-        return
-    try:
-        from elastic_otel.registration import activate_metrics, register
-
-        register(start=True)
-        activate_metrics()
-    except Exception as e:  # never break the rendezvous
-        _logger.warning("elastic-otel: not activated: %s", e)

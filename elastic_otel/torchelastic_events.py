@@ -20,6 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from elastic_otel import attributes as A
+from elastic_otel.constants import STATUS_PREFIX
+from elastic_otel.handler import OtelHandler, get_handler
 
 try:
     from torchelastic.events.api import EventHandler as _EventHandlerBase
@@ -29,7 +31,6 @@ except ImportError:  # torchelastic is optional: the handler works by duck typin
         pass
 
 
-_STATUS_PREFIX = "torchelastic.worker.status."
 _SOURCES = frozenset({A.SOURCE_AGENT, A.SOURCE_WORKER})
 _TYPE_KEY = A.EVENT_TYPE[len(A.NS) :]  # "event.type": metadata keys become torchelastic.<key>
 
@@ -45,7 +46,7 @@ def to_payload(event: Any) -> Any:
     name = str(getattr(event, "name", "") or "")
     source = str(metadata.get("source") or "").upper()
     if source not in _SOURCES:
-        source = A.SOURCE_AGENT if name.startswith(_STATUS_PREFIX) else A.SOURCE_UNKNOWN
+        source = A.SOURCE_AGENT if name.startswith(STATUS_PREFIX) else A.SOURCE_UNKNOWN
     metadata.pop("source", None)
     event_type = getattr(event, "type", None)
     if event_type is not None:
@@ -54,14 +55,14 @@ def to_payload(event: Any) -> Any:
     return {"name": name, "source": source, "timestamp": timestamp, "metadata": metadata}
 
 
-class OtelEventHandler(_EventHandlerBase):  # type: ignore[misc]
+class OtelEventHandler(_EventHandlerBase):
     """A ``torchelastic.events.EventHandler`` feeding the bridge.
 
     ``handler`` defaults to the shared :func:`elastic_otel.get_handler`; it is started (its
     pipeline built from the environment) on the first event.
     """
 
-    def __init__(self, handler: Any = None) -> None:
+    def __init__(self, handler: OtelHandler | None = None) -> None:
         self._handler = handler
 
     def record(self, event: Any) -> None:
@@ -72,10 +73,8 @@ class OtelEventHandler(_EventHandlerBase):  # type: ignore[misc]
         self.handler.info(payload)
 
     @property
-    def handler(self) -> Any:
+    def handler(self) -> OtelHandler:
         if self._handler is None:
-            from elastic_otel.registration import get_handler
-
             self._handler = get_handler()
         return self._handler
 

@@ -27,16 +27,27 @@ _logger = logging.getLogger(__name__)
 
 
 def job_salt(environ: Mapping[str, str] | None = None) -> str:
-    """The job-unique salt: ``ELASTIC_OTEL_JOB_ID``, else the first scheduler job id set."""
+    """The salt of this attempt of the job.
+
+    The job: ``ELASTIC_OTEL_JOB_ID``, else the first scheduler job id set. The attempt:
+    ``ELASTIC_OTEL_JOB_ATTEMPT``, else the scheduler's count (Slurm's ``SLURM_RESTART_COUNT``);
+    the first attempt (none, or ``0``) adds nothing, so its trace ids do not depend on whether
+    the scheduler counts attempts at all.
+    """
     environ = os.environ if environ is None else environ
-    explicit = environ.get(env.ELASTIC_OTEL_JOB_ID, "").strip()
-    if explicit:
-        return explicit
-    for name in env.SCHEDULER_JOB_ID_VARIABLES:
-        value = environ.get(name, "").strip()
-        if value:
-            return f"{name}={value}"
-    return ""
+    salt = environ.get(env.ELASTIC_OTEL_JOB_ID, "").strip()
+    if not salt:
+        for name in env.SCHEDULER_JOB_ID_VARIABLES:
+            value = environ.get(name, "").strip()
+            if value:
+                salt = f"{name}={value}"
+                break
+    attempt = environ.get(env.ELASTIC_OTEL_JOB_ATTEMPT, "").strip()
+    for name in env.SCHEDULER_ATTEMPT_VARIABLES:
+        attempt = attempt or environ.get(name, "").strip()
+    if attempt and attempt != "0":
+        salt = f"{salt}#attempt={attempt}"
+    return salt
 
 
 @functools.lru_cache(maxsize=4096)  # every event of a round asks for the same id
@@ -64,3 +75,15 @@ class SaltWarning:
             run_id,
             env.ELASTIC_OTEL_JOB_ID,
         )
+
+
+class TraceIds:
+    """``trace_id_for`` with this process's salt, warning once when the salt is missing."""
+
+    def __init__(self, salt: str = "") -> None:
+        self.salt = salt
+        self._warning = SaltWarning()
+
+    def __call__(self, run_id: str, round_key: int | str) -> int:
+        self._warning.check(self.salt, run_id)
+        return trace_id_for(self.salt, run_id, round_key)

@@ -10,7 +10,7 @@ started like this (the run id and the port are made up per run)::
     torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d \\
         --rdzv-endpoint=127.0.0.1:29400 --rdzv-id=demo-1 \\
         --max-restarts=1 --monitor-interval=0.5 --event-log-handler otel \\
-        elastic_otel/_demo_train.py
+        elastic_otel/cli/demo_train.py
 
 ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` lets two agents on one host restart; the
 ``otlp_json_file`` exporters append OTLP JSON lines to one file that both agents share. With
@@ -27,7 +27,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from elastic_otel.demo import DemoConfig, DemoError, run_demo
+from elastic_otel.cli.demo import DemoConfig, DemoError, run_demo
 
 
 def main() -> int:

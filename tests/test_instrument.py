@@ -116,8 +116,8 @@ def test_disabled_instrumentation_leaves_torch_alone(tmp_path: Path) -> None:
         """
         import torch.distributed.elastic.rendezvous
         from torch.distributed.elastic.events import handlers
-        from elastic_otel import registration
-        routed = handlers._log_handlers["dynamic_rendezvous"] is registration._handler
+        from elastic_otel import handler
+        routed = handlers._log_handlers["dynamic_rendezvous"] is handler.current_handler()
         print("routed", routed)
         """
     )

@@ -14,7 +14,7 @@ from torch.distributed.elastic import metrics as torch_metrics
 from torch.distributed.elastic.metrics import api as torch_metrics_api
 
 from elastic_otel import attributes as A
-from elastic_otel import bridge_metrics, metrics
+from elastic_otel import bridge_metrics, counters, metrics
 
 # A worker that fails once, then runs until the test releases it (so the job outlives an export).
 WORKER = """\
@@ -96,7 +96,7 @@ def test_torchrun_job_metrics(grpc_receiver: OtlpReceiver, tmp_path: Path) -> No
         for p in sorted(points, key=lambda p: p["time_ns"])
         if p["name"] == "elastic_otel.dropped"
     }
-    assert drops == dict.fromkeys(bridge_metrics.DROP_REASONS, 0)
+    assert drops == dict.fromkeys(counters.DROP_REASONS, 0)
 
 
 # --- in this process -------------------------------------------------------------------------
@@ -137,7 +137,7 @@ def test_survives_initialize_metrics_and_user_handlers(
 ) -> None:
     original = torch_metrics_api.getStream
     assert metrics.install(meter_provider) is not None
-    assert metrics.install(meter_provider) is metrics.current_handler(), "idempotent"
+    assert metrics.install(meter_provider) is metrics.installed_handler(), "idempotent"
     metrics.set_run_id("run-42")
     # what the launcher does after the bridge is installed, and a user's own handler
     torch_metrics.initialize_metrics(torch_metrics.MetricsConfig())

@@ -359,7 +359,7 @@ def test_registry_names_and_wrapped_backend(monkeypatch: pytest.MonkeyPatch) -> 
     )
     from torch.distributed.elastic.rendezvous.registry import _create_static_handler
 
-    from elastic_otel.registration import static_handler
+    from elastic_otel.entry_points import static_handler
     from elastic_otel.rendezvous_tracing import TracedRendezvousHandler
 
     params = RendezvousParameters("otel-static", "127.0.0.1:1", "r", 1, 1, rank=0)

@@ -21,7 +21,8 @@ from elastic_otel.cli import main
 from elastic_otel.logs import event_name
 from elastic_otel.otlp_json import read_otlp_json
 from elastic_otel.parsing import parse_event
-from elastic_otel.tracing import SpanRecord, TraceModel
+from elastic_otel.spans import SpanRecord
+from elastic_otel.tracing import TraceModel
 
 CLI = [sys.executable, "-m", "elastic_otel.cli"]
 NODE_FILES = ("restart_node0.tsv", "restart_node1.tsv")
@@ -352,7 +353,7 @@ def test_unreachable_or_malformed_endpoint_is_one_line(tmp_path: Path) -> None:
 
 # --- a real job: its console log replayed vs. the live bridge ---------------------------------
 
-DEMO_TRAIN = Path(__file__).resolve().parent.parent / "elastic_otel" / "_demo_train.py"
+DEMO_TRAIN = Path(__file__).resolve().parent.parent / "elastic_otel" / "cli" / "demo_train.py"
 AGENT_SPANS = (A.SPAN_AGENT_RENDEZVOUS, A.SPAN_AGENT_ASSIGN_RANKS, A.SPAN_WORKER, "agent.run")
 
 
@@ -386,7 +387,13 @@ def test_replayed_console_job_tells_what_the_live_bridge_exported(
     for handler, receiver in (("console", None), ("otel", grpc_receiver)):
         workdir = tmp_path / handler
         workdir.mkdir()
-        env = job_env(receiver, workdir, TRAIN_FAIL_RANK="1", OTEL_METRICS_EXPORTER="none")
+        env = job_env(
+            receiver,
+            workdir,
+            TRAIN_FAIL_RANK="1",
+            TRAIN_FAIL_BEFORE_INIT="1",
+            OTEL_METRICS_EXPORTER="none",
+        )
         port, run_id = free_port(), f"replay-{handler}"
         runs[handler] = (
             run_id,

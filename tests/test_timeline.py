@@ -17,12 +17,12 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+from elastic_otel.cli.timeline import build_timeline, render_text
+from elastic_otel.cli.timeline_html import render_html
 from elastic_otel.emitter import Emitter
 from elastic_otel.otlp_json import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter
 from elastic_otel.otlp_json import read_otlp_json as read
 from elastic_otel.parsing import EventKind, parse_event
-from elastic_otel.timeline import build_timeline, render_text
-from elastic_otel.timeline_html import render_html
 from elastic_otel.tracing import TraceModel
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -35,6 +35,7 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
 
 import elastic_otel
 from elastic_otel import attributes as A
+from elastic_otel import handler as handler_module
 from elastic_otel import registration
 from elastic_otel.handler import OtelHandler
 
@@ -72,7 +73,7 @@ def _isolated_torch_events(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch_logger, "handlers", [])
     monkeypatch.setattr(torch_logger, "propagate", True)
     monkeypatch.setattr(registration, "_saved", {})
-    monkeypatch.setattr(registration, "_handler", None)
+    monkeypatch.setattr(handler_module, "_handler", None)
     assert type(torch_handlers.get_logging_handler(RDZV)) is logging.NullHandler
 
 
@@ -92,7 +93,7 @@ def bridge(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
     monkeypatch.setenv("ELASTIC_OTEL_JOB_ID", "test-torch-rendezvous")
     handler = OtelHandler()
-    monkeypatch.setattr(registration, "_handler", handler)
+    monkeypatch.setattr(handler_module, "_handler", handler)
     assert elastic_otel.register() is handler
     assert torch_handlers.get_logging_handler(RDZV) is handler
     try:

@@ -9,8 +9,9 @@ from torch.distributed.elastic.events import Event, EventSource, NodeState, Rdzv
 
 from elastic_otel import attributes as A
 from elastic_otel.parsing import parse_event
+from elastic_otel.spans import STATUS_ERROR, STATUS_OK, SpanRecord
 from elastic_otel.trace_ids import job_salt, trace_id_for
-from elastic_otel.tracing import STATUS_ERROR, STATUS_OK, SpanRecord, TraceModel
+from elastic_otel.tracing import TraceModel
 
 RUN = "job-7"
 

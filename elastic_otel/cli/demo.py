@@ -32,8 +32,8 @@ from typing import IO, Any
 
 from elastic_otel import attributes as A
 from elastic_otel import environment_variables as env
+from elastic_otel.cli.timeline import build_timeline, render_text, use_color
 from elastic_otel.otlp_json import OtlpJsonError, decode_line, read_otlp_json
-from elastic_otel.timeline import build_timeline, render_text, use_color
 
 DEFAULT_OUT = "elastic-otel-demo.jsonl"
 ENDPOINT_VARIABLES = (
@@ -76,9 +76,9 @@ def free_port() -> int:
 
 
 def training_script() -> str:
-    spec = importlib.util.find_spec("elastic_otel._demo_train")
+    spec = importlib.util.find_spec("elastic_otel.cli.demo_train")
     if spec is None or spec.origin is None:  # pragma: no cover - broken installation
-        raise DemoError("the demo training script elastic_otel/_demo_train.py is missing")
+        raise DemoError("the demo training script elastic_otel/cli/demo_train.py is missing")
     return spec.origin
 
 
@@ -138,6 +138,7 @@ def agent_environment(cfg: DemoConfig, run_id: str, workdir: Path) -> dict[str, 
     environ.setdefault("OTEL_BLRP_SCHEDULE_DELAY", "200")
     if cfg.fail_rank is not None:
         environ["TRAIN_FAIL_RANK"] = str(cfg.fail_rank)
+        environ["TRAIN_FAIL_BEFORE_INIT"] = "1"
     else:
         environ.pop("TRAIN_FAIL_RANK", None)
     return environ
@@ -494,7 +495,7 @@ def _show_timeline(cfg: DemoConfig, stream: IO[str]) -> None:
     stream.write(f"\n[demo] wrote {len(spans)} spans and {len(logs)} log records to {cfg.out}\n\n")
     stream.write(render_text(timeline, color=use_color(stream)))
     if cfg.html is not None:
-        from elastic_otel.timeline_html import render_html
+        from elastic_otel.cli.timeline_html import render_html
 
         cfg.html.write_text(render_html(timeline), encoding="utf-8")
         stream.write(f"\n[demo] timeline page: {cfg.html}\n")

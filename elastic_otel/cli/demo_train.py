@@ -1,14 +1,20 @@
-"""The training script of ``elastic-otel demo``: tiny CPU data-parallel training (gloo).
+"""A tiny CPU data-parallel training script for torchrun (gloo): the job of ``elastic-otel demo``.
 
-The same job as ``examples/train.py``, shipped inside the package so that the demo works
-after a plain ``pip install``. It does not import elastic_otel: torchrun's
+Shipped inside the package so that the demo works after a plain ``pip install``;
+``examples/train.py`` is this file. It does not import elastic_otel: torchrun's
 ``--event-log-handler otel`` activates the bridge in the agents.
 
 Environment:
   TRAIN_STEPS          optimisation steps (default 20)
   TRAIN_FAIL_RANK      global rank that raises on its first attempt (default: none; not 0,
                        whose worker hosts the job's store)
+  TRAIN_FAIL_BEFORE_INIT  1: that rank fails before the process group exists, so that the
+                       other ranks wait in init (and restart the same way every run) instead
+                       of failing on a closed connection; the demo does this. Default: it
+                       fails after init, so that without restarts the whole job fails fast
   TRAIN_FAIL_ONCE_DIR  directory for the marker file that makes the failure happen once
+  TRAIN_WAIT_FOR_WORLD idle (up to 120 s) while the world is smaller than this, so that an
+                       elastic scale-up restarts the workers with more nodes
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -35,11 +42,17 @@ def _fail_once(rank: int, restart: int) -> None:
 @record
 def main() -> None:
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    # Fail before the process group exists: the other ranks then wait in init instead of
-    # crashing on a closed connection, so every run fails and restarts the same way.
-    _fail_once(int(os.environ["RANK"]), restart)
+    before_init = os.environ.get("TRAIN_FAIL_BEFORE_INIT") == "1"
+    if before_init:
+        _fail_once(int(os.environ["RANK"]), restart)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    if not before_init:
+        _fail_once(rank, restart)
+    wait_for = int(os.environ.get("TRAIN_WAIT_FOR_WORLD", "0"))
+    deadline = time.monotonic() + 120
+    while world < wait_for and time.monotonic() < deadline:
+        time.sleep(0.2)  # torchrun restarts this worker when more nodes join
 
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1)
@@ -51,8 +64,9 @@ def main() -> None:
         opt.zero_grad()
         loss.backward()
         for p in model.parameters():
-            dist.all_reduce(p.grad)
-            p.grad /= world
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad /= world
         opt.step()
     if rank == 0:
         print(f"trained on {world} workers, final loss {loss.item():.4f}, restart {restart}")

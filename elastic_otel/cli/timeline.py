@@ -8,7 +8,7 @@ spelled out. Without rendezvous spans (a replayed ``console`` log has none) roun
 to the traces the agents' events produced, and nodes to the emitting process.
 
 :func:`build_timeline` builds the model, :func:`render_text` the terminal table;
-:mod:`elastic_otel.timeline_html` renders the same model as one HTML page.
+:mod:`elastic_otel.cli.timeline_html` renders the same model as one HTML page.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_otel import attributes as A
+from elastic_otel.constants import STATUS_PREFIX
 
 Item = dict[str, Any]
 
@@ -29,7 +30,6 @@ FAILURE_STATES = frozenset({"FAILED", "UNHEALTHY"})
 
 _AGENT_STEPS = frozenset({A.SPAN_AGENT_RENDEZVOUS, A.SPAN_AGENT_ASSIGN_RANKS})
 _ERROR_SEVERITY = 17
-_STATUS_PREFIX = "torchelastic.worker.status."
 
 
 @dataclass
@@ -349,8 +349,8 @@ def _errors(logs: list[Item], builder: _Builder) -> list[ErrorNote]:
         elif source == A.SOURCE_AGENT:
             where += " agent"
         message = str(record.get("body", ""))
-        if message.startswith(_STATUS_PREFIX):
-            message = message[len(_STATUS_PREFIX) :]
+        if message.startswith(STATUS_PREFIX):
+            message = message[len(STATUS_PREFIX) :]
         error = ": ".join(
             str(attrs[k]) for k in (A.EXCEPTION_TYPE, A.EXCEPTION_MESSAGE) if k in attrs
         )

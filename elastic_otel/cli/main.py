@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
-from elastic_otel import __version__
+from elastic_otel.version import __version__
 
 EXIT_NOTHING = 1
 EXIT_ERROR = 2
@@ -121,8 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
+    from elastic_otel.cli.timeline import build_timeline, render_text, use_color
     from elastic_otel.otlp_json import OtlpJsonError, read_otlp_json
-    from elastic_otel.timeline import build_timeline, render_text, use_color
 
     try:
         spans, logs = read_otlp_json(args.file)
@@ -133,7 +133,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         raise CliError(f"{args.file}: no rendezvous, agent or worker spans", EXIT_NOTHING)
     sys.stdout.write(render_text(timeline, color=not args.no_color and use_color()))
     if args.html is not None:
-        from elastic_otel.timeline_html import render_html
+        from elastic_otel.cli.timeline_html import render_html
 
         args.html.write_text(render_html(timeline, f"elastic-otel timeline: {args.file}"))
         print(f"wrote {args.html}")
@@ -141,14 +141,14 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from elastic_otel.pipeline import build_pipeline, exporter_names
-    from elastic_otel.replay import (
+    from elastic_otel.cli.replay import (
         ExportError,
         FileSink,
         PipelineSink,
         Progress,
         replay_files,
     )
+    from elastic_otel.pipeline import build_pipeline, exporter_names
     from elastic_otel.trace_ids import job_salt
 
     for path in args.files:
@@ -195,7 +195,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from elastic_otel.demo import DemoConfig, DemoError, otlp_endpoint, run_demo
+    from elastic_otel.cli.demo import DemoConfig, DemoError, otlp_endpoint, run_demo
 
     if otlp_endpoint():
         check_endpoints()

@@ -36,13 +36,14 @@ from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from elastic_otel import __version__
 from elastic_otel import environment_variables as env
 from elastic_otel.emitter import Emitter
 from elastic_otel.otlp_json import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter
 from elastic_otel.parsing import EventKind, parse_event
 from elastic_otel.pipeline import Pipeline, build_resource
-from elastic_otel.tracing import Output, TraceModel
+from elastic_otel.spans import Output
+from elastic_otel.tracing import TraceModel
+from elastic_otel.version import __version__
 
 STDIN = "-"
 
@@ -425,10 +426,7 @@ class Replayer:
 
     def _deliver(self, out: Output, emitter: Emitter) -> None:
         stats = self.stats
-        for span in out.spans:
-            emitter.emit_span(span)
-        for event, trace_id, span_id in out.logs:
-            emitter.emit_log(event, trace_id, span_id)
+        emitter.emit_output(out)
         n_spans = len(out.spans) if emitter.span_processor is not None else 0
         n_logs = len(out.logs) if emitter.logger is not None else 0
         stats.spans += n_spans
@@ -521,7 +519,7 @@ class PipelineSink:
 
     def failing(self) -> bool:
         """Exports failed and records are still waiting for the collector."""
-        return self.pipeline.delivery.failed_attempts > 0 and self.pipeline.pending() > 0
+        return self.pipeline.delivery.export_failed_attempts > 0 and self.pipeline.pending() > 0
 
     def delivered(self) -> int | None:
         return self.pipeline.delivery.exported if self.pipeline.owned else None

@@ -13,7 +13,7 @@ import html
 import json
 from typing import Any
 
-from elastic_otel.timeline import Bar, NodeRow, Timeline, WorkerRow
+from elastic_otel.cli.timeline import Bar, NodeRow, Timeline, WorkerRow
 
 
 def render_html(timeline: Timeline, title: str = "elastic-otel timeline") -> str:

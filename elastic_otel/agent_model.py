@@ -1,0 +1,269 @@
+"""Agent and worker state machine: ``torchelastic.worker.status.*`` events as spans.
+
+Under the node's ``rendezvous.member`` span of the round (:mod:`elastic_otel.rendezvous_model`)::
+
+    agent.rendezvous, agent.assign_worker_ranks   back-dated by the event's duration_ms
+    worker (one per global rank)                   START → SUCCEEDED / FAILED / TERMINATED
+
+The agent's own span, ``agent.run``, ends with its SUCCEEDED / FAILED event, in the trace of
+the round it finished in, and links to the rounds before. torch records no FAILED event for a
+worker that fails before a restart: the next START with a higher ``agent_restarts`` is the
+only sign, so the workers of the replaced group end ``REPLACED``; a START of a rank already
+running (a membership change) ends them ``RESTARTED``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+
+from elastic_otel import attributes as A
+from elastic_otel.parsing import ElasticEvent, EventKind
+from elastic_otel.rendezvous_model import RendezvousModel
+from elastic_otel.spans import (
+    DEFAULT_EVENT_LIMIT,
+    STATUS_ERROR,
+    STATUS_OK,
+    STATUS_UNSET,
+    Output,
+    SpanAttributes,
+    SpanLink,
+    SpanRecord,
+)
+from elastic_otel.trace_ids import TraceIds
+
+_MAX_AGENT_LINKS = 32
+_AGENT_STEPS = {
+    "RENDEZVOUS": A.SPAN_AGENT_RENDEZVOUS,
+    "ASSIGN_WORKER_RANKS": A.SPAN_AGENT_ASSIGN_RANKS,
+}
+_SPAN_KEYS = (
+    A.RUN_ID,
+    A.RANK,
+    A.GLOBAL_RANK,
+    A.GROUP_RANK,
+    A.LOCAL_RANK,
+    A.ROLE,
+    A.ROLE_RANK,
+    A.ROLE_WORLD_SIZE,
+    A.GROUP_WORLD_SIZE,
+    A.WORKER_ID,
+    A.WORKER_PID,
+    A.EXIT_CODE,
+    A.STATE,
+    A.AGENT_RESTARTS,
+    A.DURATION_MS,
+    A.RDZV_BACKEND,
+    A.HOST_NAME,
+    A.ENTRY_POINT,
+    A.ERROR_CATEGORY,
+)
+
+
+class Agent:
+    """One elastic agent (per run id) and its running workers' spans."""
+
+    __slots__ = ("links", "restarts", "run_id", "start_ns", "stop_ns", "workers")
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.workers: dict[int, SpanRecord] = {}
+        self.restarts = 0
+        self.start_ns = 0
+        self.stop_ns = 0  # when the workers were stopped for a new rendezvous
+        self.links: list[SpanLink] = []
+
+
+class AgentModel:
+    """Feed :meth:`process` a process's agent and worker events in order.
+
+    Spans are parented under the node's open member span found in ``rendezvous``; the
+    rendezvous side reports re-joins and ended memberships back (``RoundListener``).
+    """
+
+    def __init__(
+        self,
+        trace_ids: TraceIds,
+        rendezvous: RendezvousModel | None = None,
+        event_limit: int = DEFAULT_EVENT_LIMIT,
+    ) -> None:
+        self._trace = trace_ids
+        self.rendezvous = rendezvous
+        self.event_limit = event_limit
+        self.agents: OrderedDict[str, Agent] = OrderedDict()
+        self.terminated_by = ""  # set when the agent reports it was killed by a signal
+
+    # --- RoundListener ----------------------------------------------------------------------
+
+    def node_rejoining(self, run_id: str, time_ns: int) -> None:
+        agent = self.agents.get(run_id)
+        if agent is not None and agent.workers and not agent.stop_ns:
+            agent.stop_ns = time_ns  # torch stops the workers before it re-joins
+
+    def member_ended(self, run_id: str, link: SpanLink) -> None:
+        agent = self.agents.get(run_id)
+        if agent is not None and len(agent.links) < _MAX_AGENT_LINKS:
+            agent.links.append(link)
+
+    def open_spans(self) -> Iterator[SpanRecord]:
+        """The spans of the workers that run now."""
+        for agent in self.agents.values():
+            yield from agent.workers.values()
+
+    # --- events -----------------------------------------------------------------------------
+
+    def process(self, ev: ElasticEvent, out: Output) -> bool:
+        """Apply one agent or worker event; ``True`` when it created a new agent."""
+        agent = self.agents.get(ev.run_id)
+        created = agent is None
+        if agent is None:
+            agent = self.agents[ev.run_id] = Agent(ev.run_id)
+        else:
+            self.agents.move_to_end(ev.run_id)
+        node = self.rendezvous.latest_node(ev.run_id) if self.rendezvous else None
+        backend = ev.attributes.get(A.RDZV_BACKEND)
+        if node is not None and isinstance(backend, str):
+            # The agent's first events follow the first join: label its open member span.
+            node.label_backend(backend)
+        trace, parent = self._context(agent, ev)
+
+        if ev.kind is EventKind.WORKER:
+            if ev.state == "START":
+                self._worker_start(agent, ev, trace, parent, out)
+            else:
+                self._worker_end(agent, ev, trace, parent, out)
+        elif ev.state in _AGENT_STEPS:
+            self._agent_step(agent, ev, trace, parent, out)
+        elif ev.state in ("SUCCEEDED", "FAILED"):
+            self._agent_end(agent, ev, trace, out)
+        else:
+            out.logs.append((ev, trace, parent))
+        return created
+
+    def _context(self, agent: Agent, ev: ElasticEvent) -> tuple[int, int]:
+        """(trace id, parent span id) for the agent's spans: the node's round if known."""
+        node = self.rendezvous.latest_node(ev.run_id) if self.rendezvous else None
+        if node is not None and node.member is not None:
+            return node.member.trace_id, node.member.span_id
+        if node is not None and node.round is not None:
+            return self._trace(ev.run_id, node.round), 0
+        # No rendezvous events (routing off, or a backend that records none).
+        restarts = ev.agent_restarts if ev.agent_restarts is not None else agent.restarts
+        return self._trace(ev.run_id, f"restart-{restarts}"), 0
+
+    def _span(
+        self, name: str, start_ns: int, ev: ElasticEvent, trace: int, parent: int
+    ) -> SpanRecord:
+        return SpanRecord(
+            name,
+            start_ns,
+            agent_attributes(ev),
+            trace_id=trace,
+            parent_span_id=parent,
+            event_limit=self.event_limit,
+        )
+
+    def _agent_step(
+        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
+    ) -> None:
+        t = ev.time_ns
+        start = t - int((ev.duration_ms or 0.0) * 1_000_000)
+        if not agent.start_ns or start < agent.start_ns:
+            agent.start_ns = start
+        span = self._span(_AGENT_STEPS[ev.state], start, ev, trace, parent)
+        out.spans.append(span.end(t, STATUS_OK))
+        out.log(ev, span)
+
+    def _agent_end(self, agent: Agent, ev: ElasticEvent, trace: int, out: Output) -> None:
+        t = ev.time_ns
+        reason, killed = f"agent {ev.state.lower()}", False
+        if ev.error is not None and ev.error.type.endswith("SignalException"):
+            # torchrun turns SIGTERM/SIGINT into SignalException("... got signal: 15")
+            self.terminated_by = f"process terminated ({ev.error.message.strip()[:80]})"
+            reason, killed = self.terminated_by, True
+        self._end_workers(agent, t, out, "TERMINATED", reason, error=killed)
+        span = self._span(A.SPAN_AGENT_RUN, agent.start_ns or t, ev, trace, 0)
+        span.links = [link for link in agent.links if link.trace_id != trace]
+        if ev.state == "FAILED":
+            span.record_error(ev)
+        out.spans.append(span.end(t, STATUS_OK if ev.state == "SUCCEEDED" else STATUS_ERROR))
+        out.log(ev, span)
+        self.agents.pop(ev.run_id, None)
+
+    def _worker_start(
+        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
+    ) -> None:
+        t = ev.time_ns
+        restarts = ev.agent_restarts or 0
+        if restarts > agent.restarts:
+            self._end_workers(
+                agent,
+                agent.stop_ns or t,
+                out,
+                "REPLACED",
+                f"worker group restarted after a failure (restart {restarts})",
+                error=True,
+            )
+        elif ev.global_rank is not None and ev.global_rank in agent.workers:
+            self._end_workers(
+                agent,
+                agent.stop_ns or t,
+                out,
+                "RESTARTED",
+                "worker group restarted for a membership change",
+            )
+        agent.restarts = max(agent.restarts, restarts)
+        agent.stop_ns = 0
+        if not agent.start_ns:
+            agent.start_ns = t
+        span = self._span(A.SPAN_WORKER, t, ev, trace, parent)
+        key = ev.global_rank if ev.global_rank is not None else -1 - len(agent.workers)
+        agent.workers[key] = span
+        out.log(ev, span)
+
+    def _worker_end(
+        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
+    ) -> None:
+        t = ev.time_ns
+        span = agent.workers.pop(ev.global_rank, None) if ev.global_rank is not None else None
+        if span is None:  # its START was never seen (out of order, or state evicted)
+            span = self._span(A.SPAN_WORKER, t, ev, trace, parent)
+            span.attributes = {A.START_UNKNOWN: True}
+        span.attributes.update(agent_attributes(ev))
+        if ev.state == "FAILED":
+            span.record_error(ev)
+            if not ev.error:
+                code = ev.attributes.get(A.EXIT_CODE)
+                span.status_message = f"exit code {code}" if code is not None else "FAILED"
+            status = STATUS_ERROR
+        else:
+            status = STATUS_OK if ev.state == "SUCCEEDED" else STATUS_UNSET
+        out.spans.append(span.end(t, status))
+        out.log(ev, span)
+
+    def _end_workers(
+        self, agent: Agent, t: int, out: Output, state: str, reason: str, error: bool = False
+    ) -> None:
+        for span in agent.workers.values():
+            span.attributes[A.STATE] = state
+            if error:
+                span.set_error(reason)
+            out.spans.append(span.end(t, STATUS_UNSET, reason))
+        agent.workers.clear()
+
+    # --- exit and bounds --------------------------------------------------------------------
+
+    def close_all(self, t: int, reason: str, error: bool, out: Output) -> None:
+        for agent in list(self.agents.values()):
+            self._end_workers(agent, t, out, "TERMINATED" if error else "UNKNOWN", reason)
+        self.agents.clear()
+
+    def evict_oldest(self, t: int, out: Output) -> None:
+        _, agent = self.agents.popitem(last=False)
+        self._end_workers(agent, t, out, "UNKNOWN", "evicted: state limit reached")
+
+
+def agent_attributes(ev: ElasticEvent) -> SpanAttributes:
+    """The event attributes that belong on agent and worker spans."""
+    src = ev.attributes
+    return {k: src[k] for k in _SPAN_KEYS if k in src}

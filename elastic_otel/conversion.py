@@ -1,0 +1,60 @@
+"""One event's way through the bridge: parse → trace model → OpenTelemetry emission.
+
+:class:`Conversion` is the :class:`~elastic_otel.event_worker.Sink` of the bridge's worker
+thread, the only thread that calls it, so the trace model it owns needs no lock.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from elastic_otel.counters import EventCounters
+from elastic_otel.parsing import DEFAULT_RAW_LIMIT, EventKind, parse_event
+from elastic_otel.tracing import TraceModel
+
+if TYPE_CHECKING:  # the emitter imports the OpenTelemetry SDK
+    from elastic_otel.emitter import Emitter
+
+
+class Conversion:
+    """Turns queued events into log records and spans on ``emitter`` (``None``: count only)."""
+
+    def __init__(
+        self,
+        model: TraceModel,
+        emitter: Emitter | None,
+        counters: EventCounters,
+        traces: bool = True,
+        raw_limit: int = DEFAULT_RAW_LIMIT,
+    ) -> None:
+        self.model = model
+        self.emitter = emitter
+        self.counters = counters
+        self.traces = traces
+        self.raw_limit = raw_limit
+
+    def process(self, payload: object, created: float) -> None:
+        event = parse_event(payload, int(created * 1e9), self.raw_limit)
+        self.counters.processed += 1
+        if event.kind is EventKind.UNPARSED:
+            self.counters.unparsed += 1
+        emitter = self.emitter
+        if emitter is None:
+            return
+        if self.traces:
+            emitter.emit_output(self.model.process(event))
+            self.counters.heartbeat_logs_skipped = self.model.heartbeat_logs_skipped
+        else:
+            emitter.emit_log(event, 0, 0)
+
+    def tick(self, now_ns: int) -> None:
+        """Time-driven output (none yet)."""
+
+    def close(self, reason: str, error: bool) -> None:
+        """End open spans; when torch said the agent was killed by a signal, say that."""
+        if self.model.terminated_by and not error:
+            reason, error = self.model.terminated_by, True
+        out = self.model.close_all(time.time_ns(), reason, error)
+        if self.emitter is not None:
+            self.emitter.emit_output(out)
