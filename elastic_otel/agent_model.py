@@ -6,9 +6,18 @@ Under the node's ``rendezvous.member`` span of the round (:mod:`elastic_otel.ren
     worker (one per global rank)                   START → SUCCEEDED / FAILED / TERMINATED
 
 The agent's own span, ``agent.run``, ends with its SUCCEEDED / FAILED event, in the trace of
-the round it finished in, and links to the rounds before. torch records no FAILED event for a
-worker that fails before a restart: the next START with a higher ``agent_restarts`` is the
-only sign, so the workers of the replaced group end ``REPLACED``; a START of a rank already
+the round it finished in, and links to the rounds before.
+
+Worker outcomes come from two places. With the agent instrumented
+(:mod:`elastic_otel.agent_instrumentation`), the agent's own view arrives as it happens: a
+FAILED worker (exit code, error file, failure time) or a SUCCEEDED one when the agent's monitor
+sees it, then ``elastic_otel.agent.stop_workers`` start / end, which ends the workers still
+running as ``STOPPED`` with a link to the failed worker's span; ``elastic_otel.agent.
+exit_barrier`` is a span of its own. torch's own worker events, which come later (after the
+exit barrier) or never (before a restart), then only add log records to the spans already
+ended. Without instrumentation, torch's events are all there is: a worker that fails before a
+restart has no FAILED event, the next START with a higher ``agent_restarts`` is the only
+sign, so the workers of the replaced group end ``REPLACED``; a START of a rank already
 running (a membership change) ends them ``RESTARTED``.
 """
 
@@ -33,9 +42,13 @@ from elastic_otel.spans import (
 from elastic_otel.trace_ids import TraceIds
 
 _MAX_AGENT_LINKS = 32
-_AGENT_STEPS = {
+_AGENT_STEPS = {  # torch's, recorded once done with their duration
     "RENDEZVOUS": A.SPAN_AGENT_RENDEZVOUS,
     "ASSIGN_WORKER_RANKS": A.SPAN_AGENT_ASSIGN_RANKS,
+}
+_OBSERVED_STEPS = {  # the bridge's own (agent_instrumentation), recorded at start and end
+    "EXIT_BARRIER": A.SPAN_AGENT_EXIT_BARRIER,
+    "STOP_WORKERS": A.SPAN_AGENT_STOP_WORKERS,
 }
 _SPAN_KEYS = (
     A.RUN_ID,
@@ -57,21 +70,39 @@ _SPAN_KEYS = (
     A.HOST_NAME,
     A.ENTRY_POINT,
     A.ERROR_CATEGORY,
+    A.OBSERVED_BY,
 )
 
 
 class Agent:
     """One elastic agent (per run id) and its running workers' spans."""
 
-    __slots__ = ("links", "restarts", "run_id", "start_ns", "stop_ns", "workers")
+    __slots__ = (
+        "ended",
+        "failed",
+        "links",
+        "restarts",
+        "run_id",
+        "start_ns",
+        "steps",
+        "stop_ns",
+        "workers",
+    )
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self.workers: dict[int, SpanRecord] = {}
+        self.ended: dict[int, SpanRecord] = {}  # this attempt's workers the agent saw end
+        self.failed: SpanRecord | None = None  # this attempt's first failed worker
+        self.steps: dict[str, SpanRecord] = {}  # observed steps under way (exit barrier...)
         self.restarts = 0
         self.start_ns = 0
         self.stop_ns = 0  # when the workers were stopped for a new rendezvous
         self.links: list[SpanLink] = []
+
+    def new_attempt(self) -> None:
+        self.ended.clear()
+        self.failed = None
 
 
 class AgentModel:
@@ -109,6 +140,12 @@ class AgentModel:
         """The spans of the workers that run now."""
         for agent in self.agents.values():
             yield from agent.workers.values()
+            yield from agent.steps.values()
+
+    def open_step(self, run_id: str, state: str) -> SpanRecord | None:
+        """The observed step (``EXIT_BARRIER``, ``STOP_WORKERS``) under way, if any."""
+        agent = self.agents.get(run_id)
+        return agent.steps.get(state) if agent is not None else None
 
     # --- events -----------------------------------------------------------------------------
 
@@ -134,6 +171,8 @@ class AgentModel:
                 self._worker_end(agent, ev, trace, parent, out)
         elif ev.state in _AGENT_STEPS:
             self._agent_step(agent, ev, trace, parent, out)
+        elif ev.state in _OBSERVED_STEPS and ev.attributes.get(A.PHASE) in ("start", "end"):
+            self._observed_step(agent, ev, trace, parent, out)
         elif ev.state in ("SUCCEEDED", "FAILED"):
             self._agent_end(agent, ev, trace, out)
         else:
@@ -174,6 +213,27 @@ class AgentModel:
         out.spans.append(span.end(t, STATUS_OK))
         out.log(ev, span)
 
+    def _observed_step(
+        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
+    ) -> None:
+        t = ev.time_ns
+        name = _OBSERVED_STEPS[ev.state]
+        if ev.attributes.get(A.PHASE) == "start":
+            span = self._span(name, t, ev, trace, parent)
+            agent.steps[ev.state] = span
+            out.log(ev, span)
+            return
+        span = agent.steps.pop(ev.state, None)
+        if span is None:  # its start was not seen: back-date by the duration
+            start = t - int((ev.duration_ms or 0.0) * 1_000_000)
+            span = self._span(name, start, ev, trace, parent)
+        if ev.error is not None:
+            span.record_error(ev)
+        out.spans.append(span.end(t, STATUS_OK))
+        out.log(ev, span)
+        if ev.state == "STOP_WORKERS" and agent.workers:
+            self._end_workers(agent, t, out, A.STATE_STOPPED, "", link_to=agent.failed)
+
     def _agent_end(self, agent: Agent, ev: ElasticEvent, trace: int, out: Output) -> None:
         t = ev.time_ns
         reason, killed = f"agent {ev.state.lower()}", False
@@ -182,6 +242,7 @@ class AgentModel:
             self.terminated_by = f"process terminated ({ev.error.message.strip()[:80]})"
             reason, killed = self.terminated_by, True
         self._end_workers(agent, t, out, "TERMINATED", reason, error=killed)
+        self._end_steps(agent, t, out, reason, error=killed)
         span = self._span(A.SPAN_AGENT_RUN, agent.start_ns or t, ev, trace, 0)
         span.links = [link for link in agent.links if link.trace_id != trace]
         if ev.state == "FAILED":
@@ -200,18 +261,22 @@ class AgentModel:
                 agent,
                 agent.stop_ns or t,
                 out,
-                "REPLACED",
+                A.STATE_REPLACED,
                 f"worker group restarted after a failure (restart {restarts})",
                 error=True,
             )
+            agent.new_attempt()
         elif ev.global_rank is not None and ev.global_rank in agent.workers:
             self._end_workers(
                 agent,
                 agent.stop_ns or t,
                 out,
-                "RESTARTED",
+                A.STATE_RESTARTED,
                 "worker group restarted for a membership change",
             )
+            agent.new_attempt()
+        elif ev.global_rank is not None and ev.global_rank in agent.ended:
+            agent.new_attempt()  # the agent stopped them itself, then started them again
         agent.restarts = max(agent.restarts, restarts)
         agent.stop_ns = 0
         if not agent.start_ns:
@@ -225,7 +290,11 @@ class AgentModel:
         self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
     ) -> None:
         t = ev.time_ns
-        span = agent.workers.pop(ev.global_rank, None) if ev.global_rank is not None else None
+        rank = ev.global_rank
+        span = agent.workers.pop(rank, None) if rank is not None else None
+        if span is None and rank is not None and rank in agent.ended:
+            out.log(ev, agent.ended[rank])  # torch's late word on an outcome already exported
+            return
         if span is None:  # its START was never seen (out of order, or state evicted)
             span = self._span(A.SPAN_WORKER, t, ev, trace, parent)
             span.attributes = {A.START_UNKNOWN: True}
@@ -236,31 +305,71 @@ class AgentModel:
                 code = ev.attributes.get(A.EXIT_CODE)
                 span.status_message = f"exit code {code}" if code is not None else "FAILED"
             status = STATUS_ERROR
+            if agent.failed is None:
+                agent.failed = span
+        elif ev.state == A.STATE_STOPPED:
+            _stopped_by_agent(span, agent.failed)
+            status = STATUS_UNSET
         else:
             status = STATUS_OK if ev.state == "SUCCEEDED" else STATUS_UNSET
         out.spans.append(span.end(t, status))
         out.log(ev, span)
+        if rank is not None:
+            agent.ended[rank] = span
 
     def _end_workers(
-        self, agent: Agent, t: int, out: Output, state: str, reason: str, error: bool = False
+        self,
+        agent: Agent,
+        t: int,
+        out: Output,
+        state: str,
+        reason: str,
+        error: bool = False,
+        link_to: SpanRecord | None = None,
     ) -> None:
-        for span in agent.workers.values():
+        for rank, span in agent.workers.items():
             span.attributes[A.STATE] = state
             if error:
                 span.set_error(reason)
+            if state == A.STATE_STOPPED:
+                _stopped_by_agent(span, link_to)
             out.spans.append(span.end(t, STATUS_UNSET, reason))
+            if rank >= 0:
+                agent.ended[rank] = span
         agent.workers.clear()
+
+    def _end_steps(self, agent: Agent, t: int, out: Output, reason: str, error: bool) -> None:
+        for span in agent.steps.values():
+            if error:
+                span.set_error(reason)
+            out.spans.append(span.end(t, STATUS_UNSET, reason))
+        agent.steps.clear()
 
     # --- exit and bounds --------------------------------------------------------------------
 
     def close_all(self, t: int, reason: str, error: bool, out: Output) -> None:
         for agent in list(self.agents.values()):
             self._end_workers(agent, t, out, "TERMINATED" if error else "UNKNOWN", reason)
+            self._end_steps(agent, t, out, reason, error)
         self.agents.clear()
 
     def evict_oldest(self, t: int, out: Output) -> None:
         _, agent = self.agents.popitem(last=False)
         self._end_workers(agent, t, out, "UNKNOWN", "evicted: state limit reached")
+        self._end_steps(agent, t, out, "evicted: state limit reached", False)
+
+
+def _stopped_by_agent(span: SpanRecord, failed: SpanRecord | None) -> None:
+    """Mark a worker the agent stopped; link it to the failure that made the agent stop it."""
+    if failed is None:
+        span.attributes[A.END_REASON] = "stopped by the agent"
+        return
+    rank = failed.attributes.get(A.GLOBAL_RANK)
+    span.attributes[A.END_REASON] = f"stopped by the agent after global rank {rank} failed"
+    link_attrs: SpanAttributes = {A.STATE: "FAILED"}
+    if rank is not None:
+        link_attrs[A.GLOBAL_RANK] = rank
+    span.links.append(SpanLink(failed.trace_id, failed.span_id, link_attrs))
 
 
 def agent_attributes(ev: ElasticEvent) -> SpanAttributes:

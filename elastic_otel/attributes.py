@@ -49,6 +49,10 @@ MESSAGE: Final = "torchelastic.message"
 ROLE_WORLD_SIZE: Final = "torchelastic.role_world_size"
 GROUP_WORLD_SIZE: Final = "torchelastic.group_world_size"
 ENTRY_POINT: Final = "torchelastic.entry_point"
+OBSERVED_BY: Final = "torchelastic.observed_by"
+"""``monitor_workers``: an outcome the bridge saw when torch's agent did (not torch's event)."""
+PHASE: Final = "torchelastic.phase"
+"""``start`` or ``end`` of an agent step the bridge observes (``elastic_otel.agent.<step>``)."""
 
 # OpenTelemetry semantic conventions.
 HOST_NAME: Final = "host.name"
@@ -70,6 +74,14 @@ SPAN_AGENT_RENDEZVOUS: Final = "agent.rendezvous"
 SPAN_AGENT_ASSIGN_RANKS: Final = "agent.assign_worker_ranks"
 SPAN_WORKER: Final = "worker"
 SPAN_AGENT_RUN: Final = "agent.run"
+SPAN_AGENT_EXIT_BARRIER: Final = "agent.exit_barrier"
+SPAN_AGENT_STOP_WORKERS: Final = "agent.stop_workers"
+
+# Worker states the bridge adds to torch's (torch has no event for these moments).
+STATE_STOPPED: Final = "STOPPED"
+"""Stopped by its agent: after another worker failed, for a membership change, or at the end."""
+STATE_REPLACED: Final = "REPLACED"
+STATE_RESTARTED: Final = "RESTARTED"
 
 INSTRUMENTATION_SCOPE: Final = "elastic_otel"
 

@@ -20,3 +20,7 @@ STATUS_PREFIX: Final = "torchelastic.worker.status."
 
 TORCH_EVENT_LOGGER_PREFIX: Final = "torchelastic-events-"
 """torch's ``events.record`` logs through ``logging.getLogger(prefix + destination)``."""
+
+AGENT_STEP_PREFIX: Final = "elastic_otel.agent."
+"""Not torch's: name prefix of the agent steps the bridge observes itself
+(:mod:`elastic_otel.agent_instrumentation`), e.g. ``elastic_otel.agent.exit_barrier``."""

@@ -14,7 +14,6 @@ choosing it asks for telemetry, so creating it activates the bridge unless
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -26,21 +25,13 @@ if TYPE_CHECKING:
 Creator = Callable[[Any], "TracedRendezvousHandler"]
 
 
-@functools.cache  # torch refuses a second registration of the same name: one creator each
 def _backend_creator(name: str) -> Creator:
     activate()
     # Imported here: torch loads this module while importing its rendezvous package, which
     # rendezvous_tracing imports in turn.
     from elastic_otel.rendezvous_tracing import traced_creator
 
-    create_traced = traced_creator(name)
-
-    def create(params: Any) -> TracedRendezvousHandler:
-        activate(context_requests=True)
-        return create_traced(params)
-
-    create.__name__ = create.__qualname__ = create_traced.__name__
-    return create
+    return traced_creator(name)  # cached: torch refuses a second creator for one name
 
 
 def c10d_handler() -> Creator:

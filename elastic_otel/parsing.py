@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any
 
 from elastic_otel import attributes as A
+from elastic_otel.constants import AGENT_STEP_PREFIX, STATUS_PREFIX
 
 AttrValue = str | bool | int | float
 Attributes = dict[str, AttrValue]
@@ -331,7 +332,6 @@ _RDZV_FIELDS = frozenset(
 
 # --- agent, worker and other Events ---------------------------------------------------------
 
-_STATUS_PREFIX = "torchelastic.worker.status."
 # Keys of Event.metadata that become typed fields rather than plain torchelastic.<key>.
 _AGENT_SPECIAL = frozenset({"hostname", "raw_error", "metadata"})
 
@@ -384,8 +384,8 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     if hostname:
         attrs[A.HOST_NAME] = hostname
     state = _text(md.get("state")) if md.get("state") is not None else ""
-    if not state and name.startswith(_STATUS_PREFIX):
-        state = name[len(_STATUS_PREFIX) :]
+    if not state and name.startswith(STATUS_PREFIX):
+        state = name[len(STATUS_PREFIX) :]
     group_rank = _opt_int(md.get("group_rank"))
     if group_rank is not None:
         attrs[A.RANK] = group_rank  # the node's rendezvous rank
@@ -395,8 +395,10 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     if error is not None:
         _put_error(attrs, error)
 
-    if name.startswith(_STATUS_PREFIX):
+    if name.startswith(STATUS_PREFIX):
         kind = EventKind.WORKER if source == A.SOURCE_WORKER else EventKind.AGENT
+    elif name.startswith(AGENT_STEP_PREFIX) and source == A.SOURCE_AGENT:
+        kind = EventKind.AGENT  # a step the bridge observed itself (agent_instrumentation)
     else:
         kind = EventKind.GENERIC
 

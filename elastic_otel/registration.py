@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from elastic_otel import agent_instrumentation, metrics
 from elastic_otel import environment_variables as env
-from elastic_otel import metrics
 from elastic_otel.constants import DESTINATION, RDZV_DESTINATION, TORCH_EVENT_LOGGER_PREFIX
 from elastic_otel.handler import OtelHandler, current_handler, get_handler
 
@@ -25,8 +25,9 @@ def register(route_rendezvous: bool | None = None, start: bool = True) -> OtelHa
 
     Unless ``route_rendezvous`` is false (default: ``ELASTIC_OTEL_RDZV_EVENTS``, true),
     ``dynamic_rendezvous`` also feeds the bridge; a non-null handler already there keeps
-    receiving events too. ``start`` builds the SDK pipeline now, on this thread, and reports
-    torch's elastic metrics as OTel metrics (unless ``ELASTIC_OTEL_METRICS=false``).
+    receiving events too. ``start`` builds the SDK pipeline now, on this thread, reports
+    torch's elastic metrics as OTel metrics (unless ``ELASTIC_OTEL_METRICS=false``) and
+    instruments torch's elastic agent (:mod:`elastic_otel.agent_instrumentation`).
     """
     from torch.distributed.elastic.events import handlers as torch_handlers
 
@@ -44,6 +45,7 @@ def register(route_rendezvous: bool | None = None, start: bool = True) -> OtelHa
         if start:
             handler.start()
             metrics.install()
+            agent_instrumentation.instrument()
         return handler
 
 
@@ -72,9 +74,11 @@ def rendezvous_routed(handler: logging.Handler) -> bool:
 
 
 def unregister() -> None:
-    """Undo :func:`register` (torch's own handlers are put back); the handler keeps running."""
+    """Undo :func:`register` (torch's own handlers and agent methods are put back); the
+    handler keeps running."""
     from torch.distributed.elastic.events import handlers as torch_handlers
 
+    agent_instrumentation.uninstrument()
     with _lock:
         handler = current_handler()
         if handler is None:

@@ -47,6 +47,7 @@ from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from elastic_otel import attributes as A
 from elastic_otel import metrics, torchrun_args
+from elastic_otel.activation import activate
 from elastic_otel.handler import OtelHandler, get_handler
 from elastic_otel.registration import rendezvous_routed
 
@@ -388,6 +389,7 @@ def traced_creator(name: str) -> Callable[[Any], TracedRendezvousHandler]:
     """
 
     def create(params: Any) -> TracedRendezvousHandler:
+        activate(context_requests=True)  # choosing a traced backend asks for telemetry
         inner_params = copy.copy(params)
         inner_params.config = dict(params.config)
         inner_params.backend = name

@@ -1,0 +1,242 @@
+"""torch's elastic agent, instrumented: what it learns about its workers, when it learns it.
+
+torch records worker outcomes only in its final events, after the exit barrier, and records
+nothing for a worker that fails before a restart: the agent learns each outcome from
+``_monitor_workers`` (a ``RunResult`` with a ``ProcessFailure`` per failed rank: pid, exit
+code, error file data, time) and acts on it without an event. So, as OpenTelemetry's
+instrumentation packages do for libraries, :func:`instrument` wraps three methods of torch's
+agent classes on activation, and :func:`uninstrument` puts them back:
+
+* ``LocalElasticAgent._monitor_workers``: when it reports the group FAILED or SUCCEEDED, one
+  ``torchelastic.worker.status.<STATE>`` event per failed or finished worker, built by the
+  agent's own ``_construct_event`` (the shape of torch's final events), dated by the failure
+  time of its error file, and marked ``observed_by`` = ``monitor_workers``. torch stops the
+  group's other workers (SIGTERM) as soon as one fails, and reports those as failures too
+  ("for bookkeeping"): a failure by SIGTERM or SIGKILL beside a failure of another kind is
+  reported as ``STOPPED`` (with ``stopped_after`` naming the failed rank), not as a failure;
+* ``LocalElasticAgent._stop_workers`` and ``SimpleElasticAgent._exit_barrier``: an
+  ``elastic_otel.agent.<step>`` event when the step starts and one (with ``duration_ms``) when
+  it ends, so that a step still running (the exit barrier waiting for a lost node) is an open
+  span that stall reports and exit handling can see.
+
+The events go to the bridge handler only (torch's other destinations see what they always
+saw). Every wrapper calls torch's method first and reports after, inside ``try``: a failure
+here is one debug line, never the agent's. Where torch's internals differ (a method or
+``_construct_event`` missing or shaped differently), nothing is wrapped, with one debug line,
+and the bridge falls back to torch's own events.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from elastic_otel.constants import AGENT_STEP_PREFIX
+from elastic_otel.handler import get_handler
+
+_logger = logging.getLogger("elastic_otel")
+
+OBSERVED_BY = "monitor_workers"
+STATE_STOPPED = "STOPPED"
+_STOP_EXIT_CODES = frozenset({-signal.SIGTERM, -signal.SIGKILL})
+_WRAPPED_FLAG = "__elastic_otel_wrapped__"
+_lock = threading.Lock()
+_originals: list[tuple[type, str, Any]] = []
+
+
+def instrument() -> bool:
+    """Wrap torch's agent methods (idempotent); ``False`` when torch's internals differ."""
+    with _lock:
+        if _originals:
+            return True
+        try:
+            from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+            from torch.distributed.elastic.agent.server.local_elastic_agent import (
+                LocalElasticAgent,
+            )
+        except ImportError as e:
+            _logger.debug("elastic-otel: agent not instrumented (%s)", e)
+            return False
+        targets = [
+            (LocalElasticAgent, "_monitor_workers", _wrap_monitor, 2),
+            (LocalElasticAgent, "_stop_workers", _step_wrapper("stop_workers"), 2),
+            (SimpleElasticAgent, "_exit_barrier", _step_wrapper("exit_barrier"), 1),
+        ]
+        problem = _shape_problem(SimpleElasticAgent, targets)
+        if problem:
+            _logger.debug("elastic-otel: agent not instrumented: %s", problem)
+            return False
+        for cls, name, wrap, _ in targets:
+            original = cls.__dict__[name]
+            wrapped = functools.wraps(original)(wrap(original))
+            setattr(wrapped, _WRAPPED_FLAG, True)
+            setattr(cls, name, wrapped)
+            _originals.append((cls, name, original))
+        return True
+
+
+def uninstrument() -> None:
+    """Put torch's methods back."""
+    with _lock:
+        while _originals:
+            cls, name, original = _originals.pop()
+            setattr(cls, name, original)
+
+
+def instrumented() -> bool:
+    return bool(_originals)
+
+
+def _shape_problem(agent_cls: type, targets: list[tuple[type, str, Any, int]]) -> str:
+    """Why torch's agent does not look like the one this was written against (``""``: it does)."""
+    for cls, name, _, arity in targets:
+        method = cls.__dict__.get(name)
+        if method is None or not callable(method):
+            return f"{cls.__name__}.{name} not found"
+        if getattr(method, _WRAPPED_FLAG, False):
+            return f"{cls.__name__}.{name} is already wrapped"
+        try:
+            params = list(inspect.signature(method).parameters)
+        except (TypeError, ValueError):
+            return f"{cls.__name__}.{name} has no signature"
+        if len(params) != arity:
+            return f"{cls.__name__}.{name}{tuple(params)} takes other arguments"
+    construct = getattr(agent_cls, "_construct_event", None)
+    if construct is None:
+        return "SimpleElasticAgent._construct_event not found"
+    params = inspect.signature(construct).parameters
+    if not {"state", "source", "worker", "raw_error"} <= set(params):
+        return "SimpleElasticAgent._construct_event takes other arguments"
+    return ""
+
+
+# --- the wrappers -------------------------------------------------------------------------------
+
+
+def _wrap_monitor(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _monitor_workers(self: Any, worker_group: Any) -> Any:
+        result = original(self, worker_group)
+        try:
+            _report_outcomes(self, worker_group, result)
+        except Exception:  # never the agent's problem
+            _logger.debug("elastic-otel: worker outcomes not reported", exc_info=True)
+        return result
+
+    return _monitor_workers
+
+
+def _step_wrapper(step: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def step_method(self: Any, *args: Any) -> Any:
+            _report_step(self, step, "start")
+            start = time.monotonic()
+            error: BaseException | None = None
+            try:
+                return original(self, *args)
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                _report_step(self, step, "end", (time.monotonic() - start) * 1000.0, error)
+
+        return step_method
+
+    return wrap
+
+
+# --- events -------------------------------------------------------------------------------------
+
+
+def _report_outcomes(agent: Any, worker_group: Any, result: Any) -> None:
+    state = getattr(getattr(result, "state", None), "name", "")
+    if state not in ("FAILED", "SUCCEEDED"):
+        return  # HEALTHY, UNHEALTHY, UNKNOWN: nothing ended that the agent knows of
+    from torch.distributed.elastic.events import EventSource
+
+    failures = getattr(result, "failures", {}) or {}
+    returned = getattr(result, "return_values", {}) or {}
+    now_ms = time.time() * 1000.0
+    handler = get_handler()
+    root = root_failure({rank: (f.exitcode, f.timestamp) for rank, f in failures.items()})
+    # The root cause first: the workers stopped because of it link to its span.
+    workers = sorted(worker_group.workers, key=lambda w: w.global_rank != root)
+    for worker in workers:
+        failure = failures.get(worker.global_rank)
+        if failure is not None:
+            stopped = worker.global_rank != root and failure.exitcode in _STOP_EXIT_CODES
+            event = _construct(
+                agent,
+                STATE_STOPPED if stopped else "FAILED",
+                EventSource.WORKER,
+                worker,
+                raw_error=None if stopped else json.dumps(failure.error_file_data),
+                exit_code=failure.exitcode,
+                worker_pid=failure.pid,
+            )
+            if stopped:
+                event.metadata["stopped_after"] = root
+            failed_at = getattr(failure, "timestamp", 0)
+            event.timestamp = int(failed_at * 1000) if failed_at else int(now_ms)
+        elif state == "SUCCEEDED" and worker.global_rank in returned:
+            event = _construct(agent, "SUCCEEDED", EventSource.WORKER, worker)
+            event.timestamp = int(now_ms)
+        else:
+            continue  # still running: it ends when the agent stops it (stop_workers)
+        event.metadata["observed_by"] = OBSERVED_BY
+        handler.info(event)
+
+
+def root_failure(failures: dict[int, tuple[int, float]]) -> int | None:
+    """The global rank that failed first, from ``{rank: (exit code, failure time)}``.
+
+    Workers torch stopped itself (killed by SIGTERM or SIGKILL) are not candidates while
+    another failure is there; ties go to the earliest time, then the lowest rank.
+    """
+    if not failures:
+        return None
+    own = {r: v for r, v in failures.items() if v[0] not in _STOP_EXIT_CODES} or failures
+    return min(own, key=lambda r: (own[r][1], r))
+
+
+def _report_step(
+    agent: Any,
+    step: str,
+    phase: str,
+    duration_ms: float | None = None,
+    error: BaseException | None = None,
+) -> None:
+    try:
+        from torch.distributed.elastic.events import EventSource
+
+        event = _construct(
+            agent,
+            step.upper(),
+            EventSource.AGENT,
+            None,
+            raw_error=_describe(error) if error is not None else None,
+            duration_ms=duration_ms,
+        )
+        event.name = AGENT_STEP_PREFIX + step
+        event.metadata["phase"] = phase
+        event.timestamp = int(time.time() * 1000)
+        get_handler().info(event)
+    except Exception:  # never the agent's problem
+        _logger.debug("elastic-otel: agent step %s not reported", step, exc_info=True)
+
+
+def _construct(agent: Any, state: str, source: Any, worker: Any, **fields: Any) -> Any:
+    """The agent's own ``_construct_event``, without the arguments this torch lacks."""
+    accepted = inspect.signature(agent._construct_event).parameters
+    kwargs = {k: v for k, v in fields.items() if k in accepted}
+    return agent._construct_event(state=state, source=source, worker=worker, **kwargs)
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__module__}.{type(error).__qualname__}: {error}"
