@@ -47,6 +47,8 @@ OBSERVED_BY = "monitor_workers"
 STATE_STOPPED = "STOPPED"
 _STOP_EXIT_CODES = frozenset({-signal.SIGTERM, -signal.SIGKILL})
 _WRAPPED_FLAG = "__elastic_otel_wrapped__"
+Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
+_Target = tuple[type, str, Wrapper, int]  # class, method, wrapper, number of parameters
 _lock = threading.Lock()
 _originals: list[tuple[type, str, Any]] = []
 
@@ -64,7 +66,7 @@ def instrument() -> bool:
         except ImportError as e:
             _logger.debug("elastic-otel: agent not instrumented (%s)", e)
             return False
-        targets = [
+        targets: list[_Target] = [
             (LocalElasticAgent, "_monitor_workers", _wrap_monitor, 2),
             (LocalElasticAgent, "_stop_workers", _step_wrapper("stop_workers"), 2),
             (SimpleElasticAgent, "_exit_barrier", _step_wrapper("exit_barrier"), 1),
@@ -94,7 +96,7 @@ def instrumented() -> bool:
     return bool(_originals)
 
 
-def _shape_problem(agent_cls: type, targets: list[tuple[type, str, Any, int]]) -> str:
+def _shape_problem(agent_cls: type, targets: list[_Target]) -> str:
     """Why torch's agent does not look like the one this was written against (``""``: it does)."""
     for cls, name, _, arity in targets:
         method = cls.__dict__.get(name)
@@ -111,8 +113,8 @@ def _shape_problem(agent_cls: type, targets: list[tuple[type, str, Any, int]]) -
     construct = getattr(agent_cls, "_construct_event", None)
     if construct is None:
         return "SimpleElasticAgent._construct_event not found"
-    params = inspect.signature(construct).parameters
-    if not {"state", "source", "worker", "raw_error"} <= set(params):
+    accepted = set(inspect.signature(construct).parameters)
+    if not {"state", "source", "worker", "raw_error"} <= accepted:
         return "SimpleElasticAgent._construct_event takes other arguments"
     return ""
 
@@ -132,7 +134,7 @@ def _wrap_monitor(original: Callable[..., Any]) -> Callable[..., Any]:
     return _monitor_workers
 
 
-def _step_wrapper(step: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _step_wrapper(step: str) -> Wrapper:
     def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         def step_method(self: Any, *args: Any) -> Any:
             _report_step(self, step, "start")

@@ -39,6 +39,7 @@ from elastic_otel.spans import (
     SpanLink,
     SpanRecord,
 )
+from elastic_otel.stalls import Wait
 from elastic_otel.trace_ids import TraceIds
 
 _MAX_AGENT_LINKS = 32
@@ -50,6 +51,8 @@ _OBSERVED_STEPS = {  # the bridge's own (agent_instrumentation), recorded at sta
     "EXIT_BARRIER": A.SPAN_AGENT_EXIT_BARRIER,
     "STOP_WORKERS": A.SPAN_AGENT_STOP_WORKERS,
 }
+_WAIT_KIND = {"EXIT_BARRIER": "exit_barrier", "STOP_WORKERS": "stop_workers"}
+_WAIT_CONTEXT = frozenset({A.RUN_ID, A.RANK, A.HOST_NAME, A.ROLE, A.AGENT_RESTARTS})
 _SPAN_KEYS = (
     A.RUN_ID,
     A.RANK,
@@ -142,6 +145,21 @@ class AgentModel:
             yield from agent.workers.values()
             yield from agent.steps.values()
 
+    def waits(self) -> Iterator[Wait]:
+        """Agent steps under way that wait on others (for stall reports)."""
+        for agent in self.agents.values():
+            for state, span in agent.steps.items():
+                context = {k: v for k, v in span.attributes.items() if k in _WAIT_CONTEXT}
+                node = self.rendezvous.latest_node(agent.run_id) if self.rendezvous else None
+                if node is not None:
+                    if node.round is not None:
+                        context[A.ROUND] = node.round
+                    if node.world_size is not None:
+                        context[A.WORLD_SIZE] = node.world_size
+                    if node.last_message:
+                        context[A.MESSAGE] = node.last_message
+                yield Wait(_WAIT_KIND[state], span, context)
+
     def open_step(self, run_id: str, state: str) -> SpanRecord | None:
         """The observed step (``EXIT_BARRIER``, ``STOP_WORKERS``) under way, if any."""
         agent = self.agents.get(run_id)
@@ -223,10 +241,11 @@ class AgentModel:
             agent.steps[ev.state] = span
             out.log(ev, span)
             return
-        span = agent.steps.pop(ev.state, None)
-        if span is None:  # its start was not seen: back-date by the duration
+        started = agent.steps.pop(ev.state, None)
+        if started is None:  # its start was not seen: back-date by the duration
             start = t - int((ev.duration_ms or 0.0) * 1_000_000)
-            span = self._span(name, start, ev, trace, parent)
+            started = self._span(name, start, ev, trace, parent)
+        span = started
         if ev.error is not None:
             span.record_error(ev)
         out.spans.append(span.end(t, STATUS_OK))

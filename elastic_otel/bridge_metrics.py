@@ -12,7 +12,9 @@ threads). Instruments:
   the open spans), ``sdk_queue`` (the SDK's batch queues), ``collector_outage``
   (oldest records past ``ELASTIC_OTEL_RETRY_QUEUE_SIZE``), ``rejected`` (records the exporter
   could not send), ``lost_at_exit``;
-* ``elastic_otel.export.pending`` (``{record}``): held back while the collector is down.
+* ``elastic_otel.export.pending`` (``{record}``): held back while the collector is down;
+* ``torchelastic.stalled.seconds`` (gauge, ``s``) with ``torchelastic.stalled.in``: the longest
+  current wait past ``ELASTIC_OTEL_STALL_AFTER`` (0 when none), for an alert to watch.
 
 The last collection at exit may precede the exit flush, so ``lost_at_exit`` is exact in
 ``stats()`` and in the exit warning, not always in the metric.
@@ -23,13 +25,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from elastic_otel import attributes as A
 from elastic_otel import counters as S
 
 REASON = "elastic_otel.reason"
 
 
-def observe(meter: Any, read: Callable[[], dict[str, int] | None]) -> None:
-    """Register the bridge's counters on ``meter``; ``read`` returns them (``None``: no bridge)."""
+def observe(
+    meter: Any,
+    read: Callable[[], dict[str, int] | None],
+    stalls: Callable[[], dict[str, float]] | None = None,
+) -> None:
+    """Register the bridge's counters on ``meter``; ``read`` returns them (``None``: no bridge).
+
+    ``stalls`` returns the longest current wait per kind (``torchelastic.stalled.seconds``).
+    """
     from opentelemetry.metrics import Observation
 
     def values(key: str) -> Callable[[Any], Iterable[Observation]]:
@@ -53,3 +63,10 @@ def observe(meter: Any, read: Callable[[], dict[str, int] | None]) -> None:
     meter.create_observable_up_down_counter(
         "elastic_otel.export.pending", [values(S.PENDING_EXPORT)], "{record}"
     )
+    if stalls is not None:
+        read_stalls = stalls
+
+        def stalled(_options: Any) -> Iterable[Observation]:
+            return [Observation(s, {A.STALLED_IN: k}) for k, s in read_stalls().items()]
+
+        meter.create_observable_gauge(A.METRIC_STALLED_SECONDS, [stalled], "s")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from elastic_otel.counters import EventCounters
 from elastic_otel.parsing import DEFAULT_RAW_LIMIT, EventKind, parse_event
+from elastic_otel.spans import STATUS_ERROR
 from elastic_otel.tracing import TraceModel
 
 if TYPE_CHECKING:  # the emitter imports the OpenTelemetry SDK
@@ -49,12 +50,40 @@ class Conversion:
             emitter.emit_log(event, 0, 0)
 
     def tick(self, now_ns: int) -> None:
-        """Time-driven output (none yet)."""
+        """Time-driven output: stall reports (:mod:`elastic_otel.stalls`)."""
+        if self.emitter is not None and self.traces:
+            out = self.model.tick(now_ns)
+            if out.logs or out.spans:
+                self.emitter.emit_output(out)
+
+    def current_stalls(self) -> dict[str, float]:
+        """Longest current wait per kind, in seconds (read from any thread)."""
+        return self.model.stall_watch.current
 
     def close(self, reason: str, error: bool) -> None:
         """End open spans; when torch said the agent was killed by a signal, say that."""
         if self.model.terminated_by and not error:
             reason, error = self.model.terminated_by, True
         out = self.model.close_all(time.time_ns(), reason, error)
+        if self.emitter is not None:
+            self.emitter.emit_output(out)
+
+    def terminate(self, reason: str) -> None:
+        """End every open span as terminated by a signal (ERROR, ``reason``); stay open.
+
+        torch's own handler of the signal runs later, once its main thread is back in Python,
+        and records the agent's FAILED event: that event must still be processed, in the
+        round's trace and with the agent's start. So the model keeps its nodes and agents
+        (their bookkeeping, not their spans), and the sink is not closed.
+        """
+        model = self.model
+        nodes = model.rendezvous.nodes.copy()
+        agents = model.agents.agents.copy()
+        out = model.close_all(time.time_ns(), reason, error=True)
+        model.rendezvous.nodes.update(nodes)
+        model.agents.agents.update(agents)
+        for span in out.spans:
+            if span.status != STATUS_ERROR:
+                span.set_error(reason)
         if self.emitter is not None:
             self.emitter.emit_output(out)

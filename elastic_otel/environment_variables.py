@@ -53,6 +53,12 @@ of their own; they stay counted on their rendezvous span (``torchelastic.keep_al
 and in ``elastic_otel.stats()`` (``heartbeat_logs_skipped``). Default ``true``: every event
 is a log record. Read by the live bridge and by ``elastic-otel replay``."""
 
+ELASTIC_OTEL_STALL_AFTER = "ELASTIC_OTEL_STALL_AFTER"
+"""Seconds a node may wait in a join, in torch's exit barrier or for its workers to stop before
+a WARN stall report says so, repeated at that interval while it lasts (default ``60``; ``0``
+turns reports off)."""
+DEFAULT_STALL_AFTER_S = 60.0
+
 ELASTIC_OTEL_RAW_LIMIT = "ELASTIC_OTEL_RAW_LIMIT"
 """Characters of unparseable input kept on the flagged log record (default ``4096``)."""
 

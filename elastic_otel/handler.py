@@ -59,7 +59,11 @@ class OtelHandler(logging.Handler):
         self._start_lock = threading.Lock()
         self._new_process()
         if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._new_process)
+            os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        process_exit.after_fork_in_child()  # the parent's signal watcher is not the child's
+        self._new_process()
 
     def _new_process(self) -> None:
         # Also the child's state after fork: it must not inherit the parent's queue, model,
@@ -106,6 +110,12 @@ class OtelHandler(logging.Handler):
         except Exception:  # the training job must never see our failures
             self.counters.internal_errors += 1
 
+    def current_stalls(self) -> dict[str, float]:
+        """Longest current wait per ``torchelastic.stalled.in`` kind, in seconds (0: none)."""
+        worker = self._worker
+        sink = worker.sink if worker is not None else None
+        return sink.current_stalls() if isinstance(sink, Conversion) else {}
+
     def all_stats(self) -> dict[str, int]:
         """This handler's counters and its pipeline's delivery counters."""
         counters = dict.fromkeys(ALL_KEYS, 0)
@@ -129,6 +139,9 @@ class OtelHandler(logging.Handler):
                     salt=job_salt(),
                     max_tracked=env.env_int(env.ELASTIC_OTEL_MAX_OPEN_SPANS, DEFAULT_MAX_TRACKED),
                     heartbeat_logs=env.env_flag(env.ELASTIC_OTEL_HEARTBEAT_LOGS, True),
+                    stall_after_s=env.env_float(
+                        env.ELASTIC_OTEL_STALL_AFTER, env.DEFAULT_STALL_AFTER_S
+                    ),
                 ),
                 emitter,
                 self.counters,
@@ -138,7 +151,7 @@ class OtelHandler(logging.Handler):
             queue_size = env.env_int(env.ELASTIC_OTEL_QUEUE_SIZE, env.DEFAULT_QUEUE_SIZE)
             self._worker = EventWorker(conversion, self.counters, queue_size)
             self._worker.start()
-            process_exit.install(self.shutdown)
+            process_exit.install(self.shutdown, self.terminate)
             self._started = True
 
     def _build_pipeline(self) -> Emitter | None:
@@ -177,6 +190,34 @@ class OtelHandler(logging.Handler):
         if self._pipeline is None:
             return drained
         return self._pipeline.flush(max(0.0, deadline - time.monotonic())) and drained
+
+    def terminate(self, reason: str) -> None:
+        """End the open spans as terminated by a signal (ERROR) and export them, bounded by
+        the exit timeout; unlike :meth:`shutdown`, events recorded later are still processed.
+
+        Called by the signal watcher (:mod:`elastic_otel.process_exit`) while the main thread
+        may be blocked in torch's C++ code, where torch's own signal handler cannot run yet.
+        """
+        if self._closed or not self._started:
+            return
+        try:
+            deadline = time.monotonic() + self._exit_timeout
+            with bridge_section():
+                worker = self._worker
+                sink = worker.sink if worker is not None else None
+                if worker is None or not isinstance(sink, Conversion):
+                    return
+
+                def end_open_spans() -> None:
+                    if not worker.closed:  # shutdown got there first: nothing is open
+                        sink.terminate(reason)
+
+                worker.call(end_open_spans, self._exit_timeout * 0.5)
+                pipeline = self._pipeline
+                if pipeline is not None and not self._closed:
+                    pipeline.flush(max(0.05, deadline - time.monotonic()), stop_on_failure=True)
+        except Exception:  # the training job must never see our failures
+            self.counters.internal_errors += 1
 
     def shutdown(self, reason: str = "process exit", error: bool = False) -> None:
         """End open spans, flush, and stop exporting; bounded by the exit timeout."""

@@ -25,14 +25,14 @@ class LogModel:
 
 
 def severity(event: ElasticEvent) -> tuple[int, str]:
-    """FAILED → ERROR, TERMINATED (and unparseable input) → WARN, anything else → INFO."""
+    """FAILED → ERROR; TERMINATED, a stall report, unparseable input → WARN; else INFO."""
     if event.kind is EventKind.RENDEZVOUS:
         return SEVERITY_ERROR if event.node_state == "FAILED" else SEVERITY_INFO
     if event.kind is EventKind.UNPARSED:
         return SEVERITY_WARN
     if event.state == "FAILED":
         return SEVERITY_ERROR
-    if event.state == "TERMINATED":
+    if event.state in ("TERMINATED", "STALLED"):
         return SEVERITY_WARN
     return SEVERITY_INFO
 

@@ -223,7 +223,7 @@ def install(meter_provider: Any = None) -> OtelMetricHandler | None:
         meter = provider.get_meter("elastic_otel", __version__)
         handler = OtelMetricHandler(meter)
         try:
-            bridge_metrics.observe(meter, _bridge_stats)
+            bridge_metrics.observe(meter, _bridge_stats, _current_stalls)
         except Exception as e:  # the bridge's own counters stay in elastic_otel.stats()
             _logger.warning("elastic-otel: bridge counters not reported as metrics: %s", e)
         state = _Installed(handler, provider, owned)
@@ -273,6 +273,11 @@ def flush(timeout_s: float | None = None) -> bool:
 
 def _exit_timeout() -> float:
     return env.env_float(env.ELASTIC_OTEL_EXIT_TIMEOUT, env.DEFAULT_EXIT_TIMEOUT_S)
+
+
+def _current_stalls() -> dict[str, float]:
+    bridge = current_handler()
+    return bridge.current_stalls() if bridge is not None else {}
 
 
 def _bridge_stats() -> dict[str, int] | None:

@@ -1,4 +1,5 @@
-"""Process exit: flush the bridge at interpreter exit and on an unhandled SIGTERM.
+"""Process exit: flush the bridge at interpreter exit, on an unhandled SIGTERM, and on a signal
+that arrives while torch blocks in C++.
 
 ``atexit`` runs the bridge's bounded shutdown. A SIGTERM with the default disposition would
 kill the process without running ``atexit``, so where nobody handles SIGTERM (plain scripts;
@@ -6,25 +7,55 @@ torchrun before its workers start) a handler shuts the bridge down first and the
 signal take its default course, so the exit status stays what the sender expects. torchrun
 installs its own handler once workers start (raising ``SignalException``, which exits through
 ``atexit``); that one is left alone.
+
+But a Python-level handler, torch's included, only runs once the main thread returns to
+Python. An agent blocked in C++ (the exit barrier, a store wait, a join) runs it minutes later,
+or never: the scheduler's SIGKILL comes first, and every span still open is lost. CPython's
+C-level handler does run at once, and writes the signal number to the fd given to
+:func:`signal.set_wakeup_fd`. So the bridge sets that fd (only if nobody else did) and a
+daemon thread reading it ends the open spans as terminated and exports them on SIGTERM or
+SIGINT (:class:`SignalWatcher`). It changes no handler: torch's still runs when the main
+thread gets back to Python, and the exit status is the same as without the bridge.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import Callable
+
+_logger = logging.getLogger("elastic_otel")
 
 Shutdown = Callable[[str, bool], None]
 """The bridge's shutdown: ``(reason, error)``."""
 
+Terminate = Callable[[str], None]
+"""The bridge's terminate path: end open spans with ``reason`` and export them, stay open."""
 
-def install(shutdown: Shutdown) -> None:
-    """Run ``shutdown`` at interpreter exit, and on SIGTERM where nobody handles it."""
+_TERMINATING = frozenset({int(signal.SIGTERM), int(signal.SIGINT)})
+
+
+def signal_reason(signum: int) -> str:
+    """The ``torchelastic.end_reason`` of spans a signal ended: its name and number."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = "unknown signal"
+    return f"process terminated ({name}, signal {signum})"
+
+
+def install(shutdown: Shutdown, terminate: Terminate | None = None) -> None:
+    """Run ``shutdown`` at interpreter exit and on SIGTERM where nobody handles it; run
+    ``terminate`` as soon as SIGTERM or SIGINT arrives, even while the main thread is blocked."""
     atexit.register(shutdown, "process exit", False)
     _install_sigterm(shutdown)
+    if terminate is not None:
+        watch_signals(terminate)
 
 
 def _install_sigterm(shutdown: Shutdown) -> None:
@@ -37,9 +68,132 @@ def _install_sigterm(shutdown: Shutdown) -> None:
         return
 
     def on_sigterm(signum: int, _frame: object) -> None:
-        shutdown(f"process terminated ({signal.Signals(signum).name})", True)
+        shutdown(signal_reason(signum), True)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
     with contextlib.suppress(ValueError, OSError):
         signal.signal(signal.SIGTERM, on_sigterm)
+
+
+# --- signals that arrive while the main thread is blocked --------------------------------------
+
+
+class SignalWatcher:
+    """The read end of this process's signal wakeup fd and the daemon thread reading it.
+
+    CPython writes one byte, the signal number, per signal that has a Python-level handler.
+    SIGTERM and SIGINT bytes call every registered ``terminate`` on the watcher thread; other
+    signals' bytes are ignored.
+    """
+
+    def __init__(self, reader: socket.socket, writer: socket.socket) -> None:
+        self.reader, self.writer = reader, writer
+        self.pid = os.getpid()
+        self.callbacks: list[Terminate] = []
+        self.thread = threading.Thread(target=self._run, name="elastic-otel-signals", daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                data = self.reader.recv(256)
+            except OSError:
+                return  # closed (fork reset)
+            if not data:
+                return
+            for signum in data:  # one terminate per burst: the first terminating signal
+                if signum in _TERMINATING:
+                    self._fire(signum)
+                    break
+
+    def _fire(self, signum: int) -> None:
+        reason = signal_reason(signum)
+        for terminate in list(self.callbacks):
+            try:
+                terminate(reason)
+            except BaseException:  # never let the host process see our failure
+                _logger.debug("elastic-otel: terminate on %s failed", reason, exc_info=True)
+
+    def close(self) -> None:
+        for sock in (self.reader, self.writer):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+_watcher: SignalWatcher | None = None
+_watch_lock = threading.Lock()
+
+
+def watch_signals(terminate: Terminate) -> bool:
+    """Call ``terminate(reason)`` on a watcher thread when SIGTERM or SIGINT arrives.
+
+    Arms the signal wakeup fd on first use, from the main thread only, and only when no
+    wakeup fd is set (an event loop's is put back untouched). ``False`` when not watching.
+    """
+    global _watcher
+    try:
+        with _watch_lock:
+            watcher = _watcher
+            if watcher is not None and watcher.pid == os.getpid():
+                watcher.callbacks.append(terminate)
+                return True
+            if threading.current_thread() is not threading.main_thread():
+                return False  # signal.set_wakeup_fd only works on the main thread
+            watcher = _arm()
+            if watcher is None:
+                return False
+            watcher.callbacks.append(terminate)
+            _watcher = watcher
+            return True
+    except Exception:  # the host process must never see our failure
+        _logger.debug("elastic-otel: signal watcher not started", exc_info=True)
+        return False
+
+
+def _arm() -> SignalWatcher | None:
+    reader, writer = socket.socketpair()
+    watcher = SignalWatcher(reader, writer)
+    try:
+        writer.setblocking(False)  # the C handler must never block
+        previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        watcher.close()
+        return None
+    if previous != -1:
+        signal.set_wakeup_fd(previous, warn_on_full_buffer=False)
+        watcher.close()
+        _logger.debug(
+            "elastic-otel: a signal wakeup fd (%d) is already set; spans open when a signal "
+            "arrives while torch blocks in C++ end only when its handler runs",
+            previous,
+        )
+        return None
+    try:
+        watcher.thread.start()
+    except RuntimeError:  # interpreter shutting down
+        _restore_wakeup_fd(writer.fileno())
+        watcher.close()
+        return None
+    return watcher
+
+
+def _restore_wakeup_fd(ours: int) -> None:
+    """Unset the wakeup fd if it is still ``ours`` (put back whatever else is set)."""
+    with contextlib.suppress(ValueError, OSError):
+        current = signal.set_wakeup_fd(-1)
+        if current not in (-1, ours):
+            signal.set_wakeup_fd(current, warn_on_full_buffer=False)
+
+
+def after_fork_in_child() -> None:
+    """In a forked child: drop the parent's watcher (its thread does not exist here, and its
+    socket is shared with the parent, whose watcher would read the child's signals). The
+    child's bridge arms a watcher of its own when it starts again."""
+    global _watcher, _watch_lock
+    _watch_lock = threading.Lock()  # another thread may have held it at fork
+    watcher, _watcher = _watcher, None
+    if watcher is None or watcher.pid == os.getpid():
+        _watcher = watcher
+        return
+    _restore_wakeup_fd(watcher.writer.fileno())
+    watcher.close()

@@ -31,6 +31,7 @@ from elastic_otel.spans import (
     SpanLink,
     SpanRecord,
 )
+from elastic_otel.stalls import Wait
 from elastic_otel.trace_ids import TraceIds
 
 _MAX_PENDING_LOGS = 256
@@ -70,6 +71,7 @@ class Node:
         "hint",
         "hostname",
         "join",
+        "last_message",
         "local_id",
         "member",
         "pending",
@@ -92,6 +94,7 @@ class Node:
         self.pending: list[ElasticEvent] = []  # join-phase logs waiting for their round
         self.prev_member: tuple[int, int, int] | None = None  # (trace, span, round)
         self.backend = ""
+        self.last_message = ""  # the last rendezvous message other than a keep-alive
 
     @property
     def key(self) -> NodeKey:
@@ -167,6 +170,22 @@ class RendezvousModel:
             if node.member is not None:
                 yield node.member
 
+    def waits(self) -> Iterator[Wait]:
+        """Joins under way, with what each node knows (for stall reports)."""
+        for node in self.nodes.values():
+            join = node.join
+            if join is None:
+                continue
+            context = node.base_attributes()
+            context[A.ROUND] = node.next_round_guess()
+            if node.rank is not None:
+                context[A.RANK] = node.rank
+            if node.world_size is not None:
+                context[A.WORLD_SIZE] = node.world_size
+            if node.last_message:
+                context[A.MESSAGE] = node.last_message
+            yield Wait("rendezvous.join", join, context)
+
     # --- events -----------------------------------------------------------------------------
 
     def process(self, ev: ElasticEvent, out: Output) -> Node | None:
@@ -199,6 +218,8 @@ class RendezvousModel:
     def _apply(self, node: Node, ev: ElasticEvent, out: Output) -> None:
         action = ev.action
         t = ev.time_ns
+        if action not in _AGGREGATED:
+            node.last_message = ev.body
         if action is RdzvAction.JOIN_ATTEMPT:
             self._start_join(node, ev, out)
         elif action is RdzvAction.JOINED:

@@ -18,9 +18,11 @@ from elastic_otel.agent_model import AgentModel
 from elastic_otel.parsing import ElasticEvent, EventKind
 from elastic_otel.rendezvous_model import RendezvousModel
 from elastic_otel.spans import DEFAULT_EVENT_LIMIT, Output, SpanRecord
+from elastic_otel.stalls import StallWatch
 from elastic_otel.trace_ids import TraceIds
 
 DEFAULT_MAX_TRACKED = 1024  # a torchrun agent tracks one node and one agent per run
+_TICK_NS = 1_000_000_000  # waits are looked at once a second at most
 
 
 class TraceModel:
@@ -32,8 +34,11 @@ class TraceModel:
         max_tracked: int = DEFAULT_MAX_TRACKED,
         event_limit: int = DEFAULT_EVENT_LIMIT,
         heartbeat_logs: bool = True,
+        stall_after_s: float = 0.0,
     ) -> None:
         self.max_tracked = max(1, max_tracked)
+        self.stall_watch = StallWatch(stall_after_s)
+        self._last_tick = 0
         trace_ids = TraceIds(salt)
         self.agents = AgentModel(trace_ids, event_limit=event_limit)
         self.rendezvous = RendezvousModel(trace_ids, self.agents, event_limit, heartbeat_logs)
@@ -52,6 +57,15 @@ class TraceModel:
         else:
             node = self.rendezvous.latest_node(event.run_id) if event.run_id else None
             out.log(event, node.member if node else None)
+        return out
+
+    def tick(self, now_ns: int) -> Output:
+        """Time-driven output: stall reports for waits past ``stall_after_s`` (0: none)."""
+        out = Output()
+        if self.stall_watch.enabled and now_ns - self._last_tick >= _TICK_NS:
+            self._last_tick = now_ns
+            waits = [*self.rendezvous.waits(), *self.agents.waits()]
+            out.logs.extend(self.stall_watch.reports(waits, now_ns))
         return out
 
     def close_all(self, time_ns: int, reason: str, error: bool = False) -> Output:
