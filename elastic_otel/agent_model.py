@@ -366,11 +366,13 @@ class AgentModel:
 
     # --- exit and bounds --------------------------------------------------------------------
 
-    def close_all(self, t: int, reason: str, error: bool, out: Output) -> None:
-        for agent in list(self.agents.values()):
-            self._end_workers(agent, t, out, "TERMINATED" if error else "UNKNOWN", reason)
+    def end_open(self, t: int, reason: str, error: bool, out: Output) -> None:
+        """End every agent's open spans (``error``: as terminated by a signal); the agents
+        stay known, so that their later events (torch's FAILED) keep their start and trace."""
+        state = "TERMINATED" if error else "UNKNOWN"
+        for agent in self.agents.values():
+            self._end_workers(agent, t, out, state, reason, error=error)
             self._end_steps(agent, t, out, reason, error)
-        self.agents.clear()
 
     def evict_oldest(self, t: int, out: Output) -> None:
         _, agent = self.agents.popitem(last=False)

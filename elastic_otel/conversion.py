@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from elastic_otel.counters import EventCounters
 from elastic_otel.parsing import DEFAULT_RAW_LIMIT, EventKind, parse_event
-from elastic_otel.spans import STATUS_ERROR
 from elastic_otel.tracing import TraceModel
 
 if TYPE_CHECKING:  # the emitter imports the OpenTelemetry SDK
@@ -69,21 +68,8 @@ class Conversion:
             self.emitter.emit_output(out)
 
     def terminate(self, reason: str) -> None:
-        """End every open span as terminated by a signal (ERROR, ``reason``); stay open.
-
-        torch's own handler of the signal runs later, once its main thread is back in Python,
-        and records the agent's FAILED event: that event must still be processed, in the
-        round's trace and with the agent's start. So the model keeps its nodes and agents
-        (their bookkeeping, not their spans), and the sink is not closed.
-        """
-        model = self.model
-        nodes = model.rendezvous.nodes.copy()
-        agents = model.agents.agents.copy()
-        out = model.close_all(time.time_ns(), reason, error=True)
-        model.rendezvous.nodes.update(nodes)
-        model.agents.agents.update(agents)
-        for span in out.spans:
-            if span.status != STATUS_ERROR:
-                span.set_error(reason)
+        """End every open span as terminated by a signal; the sink stays open for the events
+        torch records afterwards (see :meth:`TraceModel.terminate`)."""
+        out = self.model.terminate(time.time_ns(), reason)
         if self.emitter is not None:
             self.emitter.emit_output(out)

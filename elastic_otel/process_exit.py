@@ -128,7 +128,8 @@ def watch_signals(terminate: Terminate) -> bool:
     """Call ``terminate(reason)`` on a watcher thread when SIGTERM or SIGINT arrives.
 
     Arms the signal wakeup fd on first use, from the main thread only, and only when no
-    wakeup fd is set (an event loop's is put back untouched). ``False`` when not watching.
+    wakeup fd is set (an event loop's is put back, without full-buffer warnings). ``False``
+    when not watching.
     """
     global _watcher
     try:
@@ -191,9 +192,12 @@ def after_fork_in_child() -> None:
     child's bridge arms a watcher of its own when it starts again."""
     global _watcher, _watch_lock
     _watch_lock = threading.Lock()  # another thread may have held it at fork
-    watcher, _watcher = _watcher, None
+    watcher = _watcher
     if watcher is None or watcher.pid == os.getpid():
-        _watcher = watcher
         return
-    _restore_wakeup_fd(watcher.writer.fileno())
-    watcher.close()
+    _watcher = None
+    try:
+        _restore_wakeup_fd(watcher.writer.fileno())
+        watcher.close()
+    except Exception:  # never the child's problem
+        _logger.debug("elastic-otel: signal watcher reset after fork failed", exc_info=True)

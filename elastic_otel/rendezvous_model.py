@@ -411,10 +411,10 @@ class RendezvousModel:
             status = STATUS_ERROR if error else (STATUS_OK if closed else STATUS_UNSET)
             self._end_member(node, t, status, reason, out)
 
-    def close_all(self, t: int, reason: str, error: bool, out: Output) -> None:
+    def end_open(self, t: int, reason: str, error: bool, out: Output) -> None:
+        """End every node's open spans; what is known of the nodes (round, rank) stays."""
         for node in list(self.nodes.values()):
             self.close_node(node, t, reason, error, out)
-        self.nodes.clear()
 
     def evict_oldest(self, t: int, out: Output) -> None:
         _, node = self.nodes.popitem(last=False)

@@ -71,8 +71,22 @@ class TraceModel:
     def close_all(self, time_ns: int, reason: str, error: bool = False) -> Output:
         """End every open span (process exit or signal); flush logs still waiting."""
         out = Output()
-        self.agents.close_all(time_ns, reason, error, out)
-        self.rendezvous.close_all(time_ns, reason, error, out)
+        self.agents.end_open(time_ns, reason, error, out)
+        self.rendezvous.end_open(time_ns, reason, error, out)
+        self.agents.agents.clear()
+        self.rendezvous.nodes.clear()
+        return out
+
+    def terminate(self, time_ns: int, reason: str) -> Output:
+        """End every open span as terminated by a signal (ERROR, ``reason``).
+
+        Unlike :meth:`close_all`, nodes and agents stay known: torch's own handler of the
+        signal runs later, once its main thread is back in Python, and records the agent's
+        FAILED event, which must still land in the round's trace with the agent's start.
+        """
+        out = Output()
+        self.agents.end_open(time_ns, reason, True, out)
+        self.rendezvous.end_open(time_ns, reason, True, out)
         return out
 
     def current_span(self, run_id: str, rank: int) -> tuple[int, int] | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from jobs import ROOT, TORCHRUN, job_env
+from jobs import ROOT, TORCHRUN, job_env, run_script
 from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel import attributes as A
@@ -153,7 +153,9 @@ def blocked_in_exit_barrier(
         b.kill()  # node B is lost; its worker (own session) runs on
         b.wait(10)
         (tmp_path / "go").touch()
-        wait_for("A's exit barrier", lambda: "for other agents to finish" in job.output("a"), 60, job)
+        wait_for(
+            "A's exit barrier", lambda: "for other agents to finish" in job.output("a"), 60, job
+        )
         time.sleep(1.0)  # from the log line into the store wait
         assert a.poll() is None, job.output("a")[-3000:]
         yield job
@@ -162,8 +164,8 @@ def blocked_in_exit_barrier(
 
 
 def terminated_spans(receiver: OtlpReceiver, pid: int) -> list[dict]:
-    """Agent ``pid``'s spans ended by a SIGTERM."""
-    pids = {
+    """Agent ``pid``'s member spans and their children that a SIGTERM ended."""
+    members = {
         s["span_id"]
         for s in receiver.spans()
         if s["name"] == A.SPAN_RDZV_MEMBER and s["attributes"].get(A.PROCESS_PID) == pid
@@ -172,18 +174,16 @@ def terminated_spans(receiver: OtlpReceiver, pid: int) -> list[dict]:
         s
         for s in receiver.spans()
         if "SIGTERM" in str(s["attributes"].get(A.END_REASON, ""))
-        and (s["span_id"] in pids or s["parent_span_id"] in pids)
+        and (s["span_id"] in members or s["parent_span_id"] in members)
     ]
 
 
-def signal_failures(receiver: OtlpReceiver) -> list[dict]:
-    """torch's agent FAILED events with ``SignalException`` (its own SIGTERM handler ran)."""
-    return [
-        r
-        for r in receiver.logs()
-        if r["attributes"].get(A.EVENT_SOURCE) == "AGENT"
-        and "SignalException" in str(r["attributes"].get(A.EXCEPTION_TYPE, ""))
-    ]
+def is_signal_failure(record: dict) -> bool:
+    """torch's agent FAILED event with ``SignalException``: its own SIGTERM handler ran."""
+    attributes = record["attributes"]
+    return attributes.get(A.EVENT_SOURCE) == "AGENT" and "SignalException" in str(
+        attributes.get(A.EXCEPTION_TYPE, "")
+    )
 
 
 def test_sigterm_in_the_exit_barrier_exports_open_spans_before_sigkill(
@@ -200,7 +200,7 @@ def test_sigterm_in_the_exit_barrier_exports_open_spans_before_sigkill(
             time.sleep(0.1)
         # what the collector has when the scheduler's SIGKILL comes
         arrived = terminated_spans(grpc_receiver, a.pid)
-        torch_handler_ran = signal_failures(grpc_receiver)
+        torch_handler_ran = [r for r in grpc_receiver.logs() if is_signal_failure(r)]
         still_blocked = a.poll() is None
         a.kill()
         a.wait(10)
@@ -223,15 +223,15 @@ def test_sigterm_in_the_exit_barrier_keeps_torchruns_exit_code(
     """Without SIGKILL, A leaves the (shortened) barrier and torch's handler runs: the exit
     code is torchrun's own, and torch's FAILED event, recorded after the bridge ended the
     spans, is still exported."""
-    launcher = (sys.executable, str(tmp_path / "torchrun_short_barrier.py"))
-    (tmp_path / "torchrun_short_barrier.py").write_text(SHORT_BARRIER_TORCHRUN)
+    script = tmp_path / "short_barrier" / "run.py"  # named like torch's, read as torchrun
+    script.parent.mkdir()
+    script.write_text(SHORT_BARRIER_TORCHRUN)
+    launcher = (sys.executable, str(script))
     exit_codes = {}
     for handler in ("null", "otel"):
         run_dir = tmp_path / handler
         run_dir.mkdir()
-        env = job_env(
-            grpc_receiver, run_dir, LOGLEVEL="INFO", SIGTEST_EXIT_BARRIER_TIMEOUT="8"
-        )
+        env = job_env(grpc_receiver, run_dir, LOGLEVEL="INFO", SIGTEST_EXIT_BARRIER_TIMEOUT="8")
         with blocked_in_exit_barrier(run_dir, env, handler, launcher) as job:
             a = job.agents["a"]
             a.send_signal(signal.SIGTERM)
@@ -246,8 +246,105 @@ def test_sigterm_in_the_exit_barrier_keeps_torchruns_exit_code(
     assert exit_codes["otel"] != 0
     assert "Got termination signal" in output  # torch's handler ran, after the barrier
     (member,) = [s for s in terminated_spans(grpc_receiver, pid) if s["name"] == A.SPAN_RDZV_MEMBER]
-    failed = grpc_receiver.wait_for_logs(1, where=lambda r: r in signal_failures(grpc_receiver))
+    failed = grpc_receiver.wait_for_logs(1, where=is_signal_failure)
     assert failed[0]["trace_id"] == member["trace_id"]
     (agent_run,) = [s for s in grpc_receiver.spans() if s["name"] == A.SPAN_AGENT_RUN]
     assert agent_run["status_code"] == "ERROR"
     assert agent_run["trace_id"] == member["trace_id"]
+    assert agent_run["start_ns"] < member["end_ns"]  # the agent's start was kept
+
+
+# --- the signal watcher in plain processes ------------------------------------------------------
+
+# An open rendezvous.member span; then a forked child's SIGTERM, the process's own SIGUSR1
+# (with a handler), and its own SIGINT: only the last concerns this process's spans.
+FORK_AND_SIGNALS = """\
+import os, signal, sys, time
+import elastic_otel
+from torch.distributed.elastic import events
+from torch.distributed.elastic.events import NodeState, RdzvEvent
+
+elastic_otel.register()
+node = f"'h_{os.getpid()}_0'"
+for message in (
+    f"The node {node} attempts to join the next round of the rendezvous 'sigs'.",
+    f"The node {node} has joined round 0 of the rendezvous 'sigs' as rank 0 in a world of size 1.",
+):
+    events.record_rdzv_event(
+        RdzvEvent("dynamic_rendezvous.py:x", "sigs", message, "h", os.getpid(), NodeState.RUNNING,
+                  local_id=0)
+    )
+elastic_otel.flush()
+child = os.fork()
+if child == 0:
+    os.kill(os.getpid(), signal.SIGTERM)  # the inherited handler flushes, then dies of it
+    time.sleep(10)
+    os._exit(3)
+print("child", os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]), flush=True)
+signal.signal(signal.SIGUSR1, lambda *_: None)
+os.kill(os.getpid(), signal.SIGUSR1)
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(10)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_only_this_process_sigterm_or_sigint_ends_its_spans(
+    grpc_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FORK_AND_SIGNALS],
+        env=job_env(grpc_receiver, tmp_path, OTEL_BSP_SCHEDULE_DELAY="50"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().split() == ["child", str(-signal.SIGTERM)]
+        assert proc.stdout.readline().strip() == "interrupted"
+        (member,) = grpc_receiver.wait_for_spans(
+            1, timeout=20, where=lambda s: s["name"] == A.SPAN_RDZV_MEMBER
+        )
+        assert member["attributes"][A.PROCESS_PID] == proc.pid
+        assert member["attributes"][A.END_REASON] == "process terminated (SIGINT, signal 2)"
+        assert member["status_code"] == "ERROR"
+        proc.stdin.write("\n")
+        proc.stdin.close()
+        assert proc.wait(20) == 0  # the KeyboardInterrupt was the script's to handle
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert [s["name"] for s in grpc_receiver.spans()].count(A.SPAN_RDZV_MEMBER) == 1
+
+
+# The application set a wakeup fd of its own (as an event loop does) before the bridge started.
+APP_WAKEUP_FD = """\
+import os, signal, socket, time
+import elastic_otel
+from torch.distributed.elastic import events
+from torch.distributed.elastic.events import Event, EventSource
+
+reader, writer = socket.socketpair()
+reader.settimeout(5)
+writer.setblocking(False)
+signal.set_wakeup_fd(writer.fileno())
+elastic_otel.register()
+events.record(Event("e", EventSource.AGENT, 0, {}), "otel")
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(10)
+except KeyboardInterrupt:
+    pass
+print(list(reader.recv(16)))
+print(signal.set_wakeup_fd(-1) == writer.fileno())
+"""
+
+
+def test_an_applications_wakeup_fd_is_left_alone(tmp_path: Path) -> None:
+    out = run_script(APP_WAKEUP_FD, job_env(None, tmp_path, OTEL_SDK_DISABLED="true"))
+    assert out.split("\n")[:2] == [str([int(signal.SIGINT)]), "True"]
