@@ -53,6 +53,10 @@ of their own; they stay counted on their rendezvous span (``torchelastic.keep_al
 and in ``elastic_otel.stats()`` (``heartbeat_logs_skipped``). Default ``true``: every event
 is a log record. Read by the live bridge and by ``elastic-otel replay``."""
 
+ELASTIC_OTEL_AGENT_INSTRUMENTATION = "ELASTIC_OTEL_AGENT_INSTRUMENTATION"
+"""``false``: leave torch's elastic agent unwrapped; worker outcomes then come from torch's own
+events only (default ``true``, see :mod:`elastic_otel.agent_instrumentation`)."""
+
 ELASTIC_OTEL_STALL_AFTER = "ELASTIC_OTEL_STALL_AFTER"
 """Seconds a node may wait in a join, in torch's exit barrier or for its workers to stop before
 a WARN stall report says so, repeated at that interval while it lasts (default ``60``; ``0``
@@ -88,9 +92,10 @@ bridge counters as metrics either (default ``true``). Where they go is ``OTEL_ME
 # --- OTLP JSON file exporters (elastic_otel.otlp_json) ---------------------------------------
 
 ELASTIC_OTEL_OTLP_JSON_FILE = "ELASTIC_OTEL_OTLP_JSON_FILE"
-"""Output file of the ``otlp_json_file`` exporters (``OTEL_TRACES_EXPORTER`` /
-``OTEL_LOGS_EXPORTER``): one OTLP/JSON export request per line, appended, the format of the
-OpenTelemetry Collector's ``file`` exporter. Several processes may share one file."""
+"""Output file of the ``elastic_otel_file`` exporters (``OTEL_TRACES_EXPORTER`` /
+``OTEL_LOGS_EXPORTER`` / ``OTEL_METRICS_EXPORTER``): one OTLP/JSON export request per line,
+appended, the format of the OpenTelemetry Collector's ``file`` exporter. Several processes
+may share one file."""
 
 
 def env_int(name: str, default: int) -> int:

@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, TypeGuard
 
 from elastic_otel import attributes as A
 from elastic_otel.constants import AGENT_STEP_PREFIX, STATUS_PREFIX
@@ -341,8 +341,9 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     source = _enum_name(d.get("source"))
     ts = d.get("timestamp")
     time_ns = created_ns
-    ts_ok = _is_number(ts) and 0 < ts < _MAX_TIMESTAMP_MS  # NaN fails both comparisons
-    if ts_ok:
+    ts_ok = False
+    if _is_number(ts) and 0 < ts < _MAX_TIMESTAMP_MS:  # NaN fails both comparisons
+        ts_ok = True
         time_ns = int(ts * 1_000_000)
     md = d.get("metadata")
     if md is None:
@@ -549,7 +550,7 @@ def _enum_name(value: object) -> str:
     return _text(value)
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -569,7 +570,7 @@ def _opt_int(value: object) -> int | None:
 def _duration(value: object) -> float | None:
     """A duration in ms that can back-date a span: finite, 0 to 100 days."""
     if _is_number(value) and 0 <= value <= _MAX_DURATION_MS:  # NaN fails the comparison
-        return float(value)  # type: ignore[arg-type]
+        return float(value)
     return None
 
 

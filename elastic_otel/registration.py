@@ -45,7 +45,8 @@ def register(route_rendezvous: bool | None = None, start: bool = True) -> OtelHa
         if start:
             handler.start()
             metrics.install()
-            agent_instrumentation.instrument()
+            if env.env_flag(env.ELASTIC_OTEL_AGENT_INSTRUMENTATION, True):
+                agent_instrumentation.instrument()
         return handler
 
 

@@ -4,7 +4,7 @@ What ``elastic-otel demo`` does, as a script to read and adapt. Each of the two 
 started like this (the run id and the port are made up per run)::
 
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 \\
-    OTEL_TRACES_EXPORTER=otlp_json_file OTEL_LOGS_EXPORTER=otlp_json_file \\
+    OTEL_TRACES_EXPORTER=elastic_otel_file OTEL_LOGS_EXPORTER=elastic_otel_file \\
     ELASTIC_OTEL_OTLP_JSON_FILE=$PWD/elastic-otel-demo.jsonl \\
     TRAIN_FAIL_RANK=1 TRAIN_FAIL_ONCE_DIR=/tmp/demo \\
     torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d \\
@@ -13,7 +13,7 @@ started like this (the run id and the port are made up per run)::
         elastic_otel/cli/demo_train.py
 
 ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` lets two agents on one host restart; the
-``otlp_json_file`` exporters append OTLP JSON lines to one file that both agents share. With
+``elastic_otel_file`` exporters append OTLP JSON lines to one file that both agents share. With
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, the telemetry also goes to that collector. Afterwards::
 
     elastic-otel timeline elastic-otel-demo.jsonl --html timeline.html

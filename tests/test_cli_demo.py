@@ -13,7 +13,7 @@ import pytest
 from otlp_receiver import OtlpReceiver
 
 from elastic_otel import attributes as A
-from elastic_otel.otlp_json import read_otlp_json
+from elastic_otel.cli.otlp_json_reader import read_otlp_json
 
 SCRIPT = Path(sys.executable).with_name("elastic-otel")
 CLI = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "elastic_otel.cli"]

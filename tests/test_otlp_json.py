@@ -1,4 +1,5 @@
-"""The OTLP JSON file exporters and reader (the collector ``file`` exporter's format)."""
+"""The ``elastic_otel_file`` exporters (on OpenTelemetry's OTLP/JSON encoder) and the reader,
+which also reads OpenTelemetry's own ``otlp_json_file`` output and the Collector's ``file``."""
 
 from __future__ import annotations
 
@@ -28,15 +29,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from otlp_receiver import decode_logs, decode_spans
 
+from elastic_otel.cli.otlp_json_reader import OtlpJsonError, read_otlp_json
+from elastic_otel.cli.timeline import build_timeline, render_text
 from elastic_otel.emitter import Emitter
 from elastic_otel.otlp_json import (
-    OtlpJsonError,
     OtlpJsonFileLogExporter,
+    OtlpJsonFileMetricExporter,
     OtlpJsonFileSpanExporter,
-    read_otlp_json,
 )
 from elastic_otel.parsing import parse_event
-from elastic_otel.pipeline import build_pipeline
+from elastic_otel.pipeline import build_pipeline, exporter_class
 from elastic_otel.tracing import TraceModel
 
 HEX32 = set("0123456789abcdef")
@@ -162,8 +164,8 @@ def test_environment_selects_the_exporters_by_entry_point(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "env.jsonl"
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp_json_file")
-    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "otlp_json_file")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "elastic_otel_file")
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "elastic_otel_file")
     monkeypatch.setenv("ELASTIC_OTEL_OTLP_JSON_FILE", str(path))
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
     pipeline = build_pipeline("test")
@@ -230,3 +232,63 @@ def test_processes_appending_to_one_file_never_interleave_lines(tmp_path: Path) 
         assert len(spans) == per_batch
         names += [s["name"] for s in spans]
     assert len(set(names)) == writers * batches * per_batch
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_metrics_go_to_the_same_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "all.jsonl"
+    monkeypatch.setenv("ELASTIC_OTEL_OTLP_JSON_FILE", str(path))
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    exporter_cls = exporter_class("metrics", "elastic_otel_file")
+    assert exporter_cls is OtlpJsonFileMetricExporter
+    reader = PeriodicExportingMetricReader(exporter_cls(), export_interval_millis=60_000)
+    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    provider.get_meter("t").create_counter("torchelastic.workers.default.failed").add(2)
+    export_recorded_run(path)  # spans and logs into the same file
+    provider.shutdown()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    (metrics,) = [line for line in lines if "resourceMetrics" in line]
+    (metric,) = metrics["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]
+    assert metric["name"] == "torchelastic.workers.default.failed"
+    assert metric["sum"]["dataPoints"][0]["asInt"] == "2"
+    spans, logs = read_otlp_json(path)  # a metrics line among the others is fine
+    assert len(spans) == 13 and logs
+
+
+def test_entry_points_are_ours_and_never_the_official_name() -> None:
+    from importlib.metadata import entry_points
+
+    for group, cls in (
+        ("opentelemetry_traces_exporter", OtlpJsonFileSpanExporter),
+        ("opentelemetry_logs_exporter", OtlpJsonFileLogExporter),
+        ("opentelemetry_metrics_exporter", OtlpJsonFileMetricExporter),
+    ):
+        (ours,) = entry_points(group=group, name="elastic_otel_file")
+        assert ours.load() is cls
+        claimed = [ep for ep in entry_points(group=group) if ep.value.startswith("elastic_otel")]
+        assert [ep.name for ep in claimed] == ["elastic_otel_file"]
+
+
+def test_reader_reads_what_the_official_exporter_wrote() -> None:
+    spans, logs = read_otlp_json(DATA / "official_otlp_json_file.jsonl")
+    assert len(spans) == 13 and len(logs) == len(captured_events("restart_node0.tsv"))
+    assert {s["name"] for s in spans} >= {"rendezvous.join", "rendezvous.member", "worker"}
+    assert all(len(s["trace_id"]) == 32 and set(s["trace_id"]) <= HEX32 for s in spans)
+    text = render_text(build_timeline(spans, logs))
+    assert "ROUND 0" in text and "ROUND 1" in text and "REPLACED" in text
+
+
+def test_reader_reads_the_collector_file_exporter() -> None:
+    spans, logs = read_otlp_json(DATA / "collector_file_exporter.jsonl")
+    (span,) = spans
+    assert span["name"] == "worker" and span["status_code"] == "ERROR"
+    assert span["trace_id"] == "8e0ecd2f0a4b4c4e9d3e6f7a8b9c0d1e"
+    assert span["attributes"]["torchelastic.exit_code"] == 1
+    assert span["events"][0]["attributes"]["exception.type"] == "RuntimeError"
+    assert span["resource"]["host.name"] == "node-b"
+    (log,) = logs
+    assert log["severity_number"] == 17 and log["span_id"] == span["span_id"]

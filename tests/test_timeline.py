@@ -17,11 +17,11 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+from elastic_otel.cli.otlp_json_reader import read_otlp_json as read
 from elastic_otel.cli.timeline import build_timeline, render_text
 from elastic_otel.cli.timeline_html import render_html
 from elastic_otel.emitter import Emitter
 from elastic_otel.otlp_json import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter
-from elastic_otel.otlp_json import read_otlp_json as read
 from elastic_otel.parsing import EventKind, parse_event
 from elastic_otel.tracing import TraceModel
 

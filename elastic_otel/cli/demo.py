@@ -32,8 +32,8 @@ from typing import IO, Any
 
 from elastic_otel import attributes as A
 from elastic_otel import environment_variables as env
+from elastic_otel.cli.otlp_json_reader import OtlpJsonError, decode_line, read_otlp_json
 from elastic_otel.cli.timeline import build_timeline, render_text, use_color
-from elastic_otel.otlp_json import OtlpJsonError, decode_line, read_otlp_json
 
 DEFAULT_OUT = "elastic-otel-demo.jsonl"
 ENDPOINT_VARIABLES = (
@@ -116,7 +116,7 @@ def agent_command(cfg: DemoConfig, port: int, run_id: str) -> list[str]:
 
 def agent_environment(cfg: DemoConfig, run_id: str, workdir: Path) -> dict[str, str]:
     environ = dict(os.environ)
-    exporters = "otlp_json_file,otlp" if otlp_endpoint(environ) else "otlp_json_file"
+    exporters = "elastic_otel_file,otlp" if otlp_endpoint(environ) else "elastic_otel_file"
     environ.update(
         {
             "OTEL_TRACES_EXPORTER": exporters,
@@ -132,7 +132,7 @@ def agent_environment(cfg: DemoConfig, run_id: str, workdir: Path) -> dict[str, 
     )
     environ.setdefault("OTEL_SERVICE_NAME", "elastic-otel-demo")
     # The bridge's metrics have no file exporter: over OTLP only, when there is an endpoint.
-    environ.setdefault("OTEL_METRICS_EXPORTER", "otlp" if otlp_endpoint(environ) else "none")
+    environ.setdefault("OTEL_METRICS_EXPORTER", exporters)  # the same file (and collector)
     # Export often, so that the demo's progress follows the job closely.
     environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", "200")
     environ.setdefault("OTEL_BLRP_SCHEDULE_DELAY", "200")

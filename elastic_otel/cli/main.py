@@ -106,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
         "timeline",
         help="print the per-round, per-node timeline of an OTLP JSON file",
         description="Print the timeline (rounds, nodes, workers, failures, restarts) of the "
-        "spans in an OTLP JSON file, as written by the otlp_json_file exporter, "
-        "'elastic-otel replay --out' or the collector's file exporter.",
+        "spans in an OTLP JSON file, as written by the elastic_otel_file or OpenTelemetry's "
+        "otlp_json_file exporter, 'elastic-otel replay --out' or the Collector's file exporter.",
     )
     timeline.add_argument("file", metavar="FILE", help="OTLP JSON file (plain or gzip)")
     timeline.add_argument(
@@ -121,8 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
+    from elastic_otel.cli.otlp_json_reader import OtlpJsonError, read_otlp_json
     from elastic_otel.cli.timeline import build_timeline, render_text, use_color
-    from elastic_otel.otlp_json import OtlpJsonError, read_otlp_json
 
     try:
         spans, logs = read_otlp_json(args.file)
@@ -157,6 +157,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise CliError(f"{path}: {kind}")
     if args.files.count("-") > 1:
         raise CliError("standard input (-) can be read only once")
+    sink: FileSink | PipelineSink
     if args.out:
         sink = FileSink(args.out)
         where = args.out

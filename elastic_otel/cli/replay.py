@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
@@ -214,7 +214,7 @@ def open_source(path: str) -> Iterator[Source]:
         now = time.time()
         stream: IO[bytes] = raw
         if _starts_with_gzip_magic(raw):
-            stream = gzip.GzipFile(fileobj=raw)
+            stream = cast(IO[bytes], gzip.GzipFile(fileobj=raw))
         yield Source(
             "<stdin>",
             stream,
@@ -229,7 +229,7 @@ def open_source(path: str) -> Iterator[Source]:
         stat = os.fstat(raw_file.fileno())
         stream = raw_file
         if _starts_with_gzip_magic(raw_file):
-            stream = gzip.GzipFile(fileobj=raw_file)
+            stream = cast(IO[bytes], gzip.GzipFile(fileobj=raw_file))
         yield Source(
             path,
             stream,

@@ -135,8 +135,8 @@ class Timeline:
 
 
 def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline:
-    """Group spans and logs (as :func:`~elastic_otel.otlp_json.read_otlp_json` returns them)
-    by round and node."""
+    """Group spans and logs by round and node (as
+    :func:`~elastic_otel.cli.otlp_json_reader.read_otlp_json` returns them)."""
     spans = list(spans)
     logs = list(logs)
     builder = _Builder()
