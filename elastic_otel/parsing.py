@@ -238,7 +238,7 @@ def _rdzv_event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     hostname = _text(d.get("hostname"))
     pid = _opt_int(d.get("pid"))
     local_id = _opt_int(d.get("local_id"))
-    rank = _opt_int(d.get("rank"))
+    rank = rank_field = _opt_int(d.get("rank"))
     name = _text(d.get("name"))
     action = classify_rdzv_message(message, node_state)
 
@@ -275,6 +275,11 @@ def _rdzv_event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     master = _text(d.get("master_endpoint"))
     if master:
         attrs[A.MASTER_ENDPOINT] = master
+    for key, value in (("pid", pid), ("local_id", local_id), ("rank", rank_field)):
+        raw = d.get(key)
+        if value is None and raw is not None:
+            # a field torch never gets wrong, wrong here: it loses only itself, visibly
+            attrs[A.INVALID_PREFIX + key] = safe_text(raw)[:256]
 
     error: ErrorInfo | None = None
     if node_state == "FAILED":
@@ -559,9 +564,10 @@ def _opt_int(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, float):
-        value = int(value) if value.is_integer() else None
+        value = int(value) if value.is_integer() else None  # NaN and inf are not integers
     elif isinstance(value, str):
-        value = int(value) if value.lstrip("-").isdigit() and len(value) < 20 else None
+        # ASCII decimal only: str.isdigit() also accepts "²" and "٣", which int() refuses
+        value = int(value) if _DECIMAL.fullmatch(value.strip()) else None
     if isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX:
         return value
     return None
@@ -575,6 +581,7 @@ def _duration(value: object) -> float | None:
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_DECIMAL = re.compile(r"[-+]?[0-9]{1,19}")
 _MAX_TIMESTAMP_MS = 9_000_000_000_000  # year 2255: beyond it, ms*1e6 overflows OTLP's uint64 ns
 _MAX_DURATION_MS = 100 * 24 * 3600 * 1000.0
 

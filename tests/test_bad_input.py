@@ -50,7 +50,8 @@ from elastic_otel.emitter import DEFAULT_VALUE_LIMIT, Emitter
 from elastic_otel.handler import OtelHandler
 from elastic_otel.logs import UNPARSED_EVENT_NAME, to_log
 from elastic_otel.parsing import DEFAULT_RAW_LIMIT, ElasticEvent, EventKind, parse_event
-from elastic_otel.tracing import SpanRecord, TraceModel
+from elastic_otel.spans import SpanRecord
+from elastic_otel.tracing import TraceModel
 
 NASTY = Path(__file__).parent / "data" / "nasty"
 LOGGER_NAME = "torchelastic-events-nasty"  # shaped like torch's torchelastic-events-<dest>
@@ -512,7 +513,7 @@ def test_bad_input_through_the_handler(
         window = (before, time.time_ns())
         logger.info(valid_event())
         handler.flush(5)
-        assert handler._worker is not None and handler._worker.is_alive(), "worker thread died"
+        assert handler._worker is not None and handler._worker.thread_alive, "worker died"
         handler.shutdown()
 
     valid, others = split_valid(grpc_receiver)
@@ -917,3 +918,87 @@ def test_property_trace_model_sequences(payloads: list, max_tracked: int, error:
             ]
     for event, trace_id, span_id in logs:
         emit_and_encode_log(event, trace_id, span_id)
+
+
+# --- a bad field loses only itself --------------------------------------------------------------
+
+# Text that looks numeric to str.isdigit() or to a person, but is no int64.
+odd_numbers = st.one_of(
+    st.sampled_from(["²", "٣", "--5", "+-1", " 7 ", "1e3", "0x10", "1_000", "", " ", "9" * 40]),
+    st.text(alphabet=st.sampled_from("0123456789²³٣+- _.e"), max_size=12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    huge_ints,
+    st.booleans(),
+)
+
+
+def _as_int64(value: Any) -> int | None:
+    """What an int64 field should read as: ints, integral floats, ASCII decimal text."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        value = int(value) if value.is_integer() else None
+    elif isinstance(value, str):
+        text = value.strip()
+        digits = text[1:] if text[:1] in "+-" else text
+        value = int(text) if digits.isascii() and digits.isdigit() and len(digits) < 20 else None
+    return value if isinstance(value, int) and -(2**63) <= value < 2**63 else None
+
+
+GOOD_JOIN = {
+    "name": "dynamic_rendezvous.py:DynamicRendezvousHandler.next_rendezvous",
+    "run_id": "job",
+    "message": "The node 'a_1_0' has joined round 3 of the rendezvous 'job' as rank 1 in a "
+    "world of size 2.",
+    "hostname": "a",
+    "pid": 1,
+    "node_state": "RUNNING",
+    "master_endpoint": "",
+    "rank": 1,
+    "local_id": 0,
+    "error_trace": "",
+}
+
+
+@PROPERTY
+@given(st.sampled_from(["pid", "local_id", "rank"]), odd_numbers)
+def test_property_one_bad_rendezvous_field_loses_only_itself(field: str, value: Any) -> None:
+    event = parse_event(json.dumps(GOOD_JOIN | {field: value}), 1)
+    assert event.kind is EventKind.RENDEZVOUS, event.attributes
+    assert (event.round, event.world_size, event.hostname) == (3, 2, "a")
+    parsed = {"pid": event.pid, "local_id": event.local_id, "rank": event.rank}[field]
+    flagged = event.attributes.get(A.INVALID_PREFIX + field)
+    expected = _as_int64(value)
+    if field == "rank" and expected is None:
+        assert parsed == 1  # a bad rank field: the rank in torch's message
+    else:
+        assert parsed == expected
+    assert (flagged is not None) == (expected is None)  # absent only when flagged
+
+
+@PROPERTY
+@given(st.sampled_from(["group_rank", "global_rank", "agent_restarts"]), odd_numbers)
+def test_property_one_bad_agent_field_loses_only_itself(field: str, value: Any) -> None:
+    metadata = {
+        "run_id": "job",
+        "global_rank": 1,
+        "group_rank": 0,
+        "worker_id": "5",
+        "role": "default",
+        "hostname": "a",
+        "state": "FAILED",
+        "agent_restarts": 0,
+        "raw_error": None,
+        "metadata": json.dumps({"exit_code": [1], "worker_pid": [5]}),
+    }
+    payload = {
+        "name": "torchelastic.worker.status.FAILED",
+        "source": "WORKER",
+        "timestamp": 0,
+        "metadata": metadata | {field: value},
+    }
+    event = parse_event(json.dumps(payload), 1)
+    assert event.kind is EventKind.WORKER and event.state == "FAILED"
+    assert event.run_id == "job" and event.role == "default"
+    assert event.attributes[A.EXIT_CODE] == 1
+    assert A.NS + field in event.attributes  # the text stays visible as it came
