@@ -1,17 +1,79 @@
-"""Conversion of real torch Event / RdzvEvent objects and their JSON into events and logs."""
+"""Parsing torch's serialized events into events and log models, without torch.
+
+parsing.py needs no torch, and neither do these tests: ``Event`` and ``RdzvEvent`` below write
+exactly the JSON torch 2.13's ``Event.serialize()`` / ``RdzvEvent.serialize()`` write
+(tests/test_torch_event_objects.py checks that against torch's own classes, and the real
+objects). The first test proves the independence.
+"""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import pytest
-from torch.distributed.elastic.events import Event, EventSource, NodeState, RdzvEvent
 
 from elastic_otel import attributes as A
 from elastic_otel.logs import to_log
 from elastic_otel.parsing import EventKind, RdzvAction, parse_event
 
 CREATED_NS = 1_700_000_000_123_456_789
+
+
+@dataclass
+class Event:
+    """torch's ``Event``, as ``Event.serialize()`` writes it (sources are enum names)."""
+
+    name: str
+    source: str
+    timestamp: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(json.dumps(asdict(self)))  # tuples become lists
+        return data
+
+    def serialize(self) -> str:
+        return json.dumps(self.as_dict())
+
+
+@dataclass
+class RdzvEvent:
+    """torch's ``RdzvEvent``, as ``RdzvEvent.serialize()`` writes it (field order included)."""
+
+    name: str
+    run_id: str
+    message: str
+    hostname: str
+    pid: int
+    node_state: str
+    master_endpoint: str = ""
+    rank: int | None = None
+    local_id: int | None = None
+    error_trace: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def serialize(self) -> str:
+        return json.dumps(self.as_dict())
+
+
+def test_parsing_needs_no_torch() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # any import of torch fails\n"
+        "from elastic_otel.parsing import EventKind, parse_event\n"
+        "from elastic_otel.logs import to_log\n"
+        f"ev = parse_event({RdzvEvent('n', 'r', 'm', 'h', 1, 'RUNNING').serialize()!r}, 1)\n"
+        "assert ev.kind is EventKind.RENDEZVOUS and to_log(ev).body == 'm'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
 
 ERROR_FILE = json.dumps(
     {
@@ -40,7 +102,7 @@ def worker_event(state: str = "FAILED", raw_error: str | None = ERROR_FILE, ts: 
     }
     return Event(
         f"torchelastic.worker.status.{state}",
-        source=EventSource.WORKER,
+        source="WORKER",
         timestamp=ts,
         metadata={
             "run_id": "job-7",
@@ -60,7 +122,7 @@ def worker_event(state: str = "FAILED", raw_error: str | None = ERROR_FILE, ts: 
     )
 
 
-def rdzv_event(message: str, state: NodeState = NodeState.RUNNING, **kw: object) -> RdzvEvent:
+def rdzv_event(message: str, state: str = "RUNNING", **kw: object) -> RdzvEvent:
     fields: dict = dict(
         name="dynamic_rendezvous.py:DynamicRendezvousHandler.next_rendezvous",
         run_id="job-7",
@@ -74,10 +136,10 @@ def rdzv_event(message: str, state: NodeState = NodeState.RUNNING, **kw: object)
     return RdzvEvent(**fields)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("as_json", [False, True], ids=["object", "json"])
+@pytest.mark.parametrize("as_json", [False, True], ids=["dict", "json"])
 def test_worker_event_every_field(as_json: bool) -> None:
     ev = worker_event()
-    parsed = parse_event(ev.serialize() if as_json else ev, CREATED_NS)
+    parsed = parse_event(ev.serialize() if as_json else ev.as_dict(), CREATED_NS)
     assert parsed.kind is EventKind.WORKER
     a = parsed.attributes
     assert a[A.RUN_ID] == "job-7"
@@ -128,7 +190,7 @@ def test_terminated_is_warn_and_agent_traceback_is_parsed() -> None:
     )
     agent = Event(
         "torchelastic.worker.status.FAILED",
-        source=EventSource.AGENT,
+        source="AGENT",
         metadata={"run_id": "r", "state": "FAILED", "raw_error": tb, "group_rank": None},
     )
     parsed = parse_event(agent, 1)
@@ -151,7 +213,7 @@ def test_worker_without_error_file_has_no_exception_but_category() -> None:
 def test_agent_step_carries_duration() -> None:
     ev = Event(
         "torchelastic.worker.status.RENDEZVOUS",
-        source=EventSource.AGENT,
+        source="AGENT",
         metadata={"run_id": "r", "state": "RENDEZVOUS", "duration_ms": 1234.5, "metadata": "{}"},
     )
     parsed = parse_event(ev.serialize(), 1)
@@ -160,7 +222,7 @@ def test_agent_step_carries_duration() -> None:
     assert parsed.state == "RENDEZVOUS"
 
 
-@pytest.mark.parametrize("as_json", [False, True], ids=["object", "json"])
+@pytest.mark.parametrize("as_json", [False, True], ids=["dict", "json"])
 def test_joined_rdzv_event_gives_round_rank_world(as_json: bool) -> None:
     ev = rdzv_event(
         "The node 'node-b.example_777_0' has joined round 3 of the rendezvous 'job-7' as rank 1 "
@@ -168,7 +230,7 @@ def test_joined_rdzv_event_gives_round_rank_world(as_json: bool) -> None:
         rank=1,
         master_endpoint="10.0.0.1:29400",
     )
-    parsed = parse_event(ev.serialize() if as_json else ev, CREATED_NS)
+    parsed = parse_event(ev.serialize() if as_json else ev.as_dict(), CREATED_NS)
     assert parsed.kind is EventKind.RENDEZVOUS
     assert parsed.action is RdzvAction.JOINED
     a = parsed.attributes
@@ -201,9 +263,7 @@ def test_failed_rdzv_event_is_error_with_exception() -> None:
         import traceback
 
         trace = traceback.format_exc()
-    ev = rdzv_event(
-        "RendezvousTimeoutError: The node 'x' timed out.", NodeState.FAILED, error_trace=trace
-    )
+    ev = rdzv_event("RendezvousTimeoutError: The node 'x' timed out.", "FAILED", error_trace=trace)
     parsed = parse_event(ev.serialize(), 1)
     a = parsed.attributes
     assert a[A.NODE_STATE] == "FAILED"
@@ -273,7 +333,7 @@ def test_unknown_fields_from_other_torch_versions_are_kept() -> None:
 
 
 def test_generic_user_event() -> None:
-    ev = Event("my.checkpoint", EventSource.WORKER, 0, {"step": 10, "path": "/ckpt", "ok": True})
+    ev = Event("my.checkpoint", "WORKER", 0, {"step": 10, "path": "/ckpt", "ok": True})
     parsed = parse_event(ev, 1)
     assert parsed.kind is EventKind.GENERIC
     assert parsed.attributes["torchelastic.step"] == 10
