@@ -48,7 +48,8 @@ class EventCounters(Counters):
     processed: int
     unparsed: int
     dropped_queue_full: int  # the bridge's own queue was full
-    dropped_after_shutdown: int  # arrived after the exit flush had closed the trace model
+    dropped_after_shutdown: int  # not processed: recorded after the exit flush closed the trace
+    # model, or still queued when the exit flush ran out of time
     internal_errors: int
     heartbeat_logs_skipped: int
 

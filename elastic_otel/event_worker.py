@@ -7,9 +7,10 @@ thread per event costs the caller a futex call and often a context switch.
 
 Closing is a request to the worker, not work done beside it: :meth:`EventWorker.close` asks
 the worker to process what is queued and then :meth:`Sink.close` (end open spans), and waits.
-Events that arrive afterwards are counted (``dropped_after_shutdown``), never fed to a model
-that is being closed on another thread. Only when no worker thread runs (it could not be
-started, or was lost at interpreter shutdown) does the caller process inline, under a lock.
+Events that arrive afterwards, and those still queued when the exit timeout runs out, are
+counted (``dropped_after_shutdown``), never fed to a model being closed on another thread.
+Only when no worker thread runs (it could not be started, or was lost at interpreter
+shutdown) does the caller process inline, under a lock.
 """
 
 from __future__ import annotations
@@ -169,7 +170,23 @@ class EventWorker:
             finally:
                 self._closed.set()
 
-        return self.call(close_sink, timeout_s)
+        if self.call(close_sink, timeout_s):
+            return True
+        # Out of time (a backlog, or a worker stuck in an export): what is still queued will
+        # not be processed; count it, and whatever comes later, instead of losing it silently.
+        self._closed.set()
+        self._drop_queued()
+        return False
+
+    def _drop_queued(self) -> None:
+        """Count what is queued as dropped at shutdown (each item is popped by one thread)."""
+        queue = self._queue
+        while True:
+            try:
+                queue.popleft()
+            except IndexError:
+                return
+            self.counters.dropped_after_shutdown += 1
 
     def stop(self) -> None:
         """Let the worker thread end (after :meth:`close`)."""
@@ -201,15 +218,15 @@ class EventWorker:
 
     def _process_queue(self) -> None:
         queue = self._queue
-        closed = self._closed.is_set()
+        closed = self._closed
         while queue:
+            if closed.is_set():  # put() raced the close, or the exit ran out of time
+                self._drop_queued()
+                return
             try:
                 payload, created = queue.popleft()
             except IndexError:
                 return
-            if closed:  # put() raced the close: the model is gone
-                self.counters.dropped_after_shutdown += 1
-                continue
             try:
                 self.sink.process(payload, created)
             except Exception:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -53,9 +54,9 @@ def job_salt(environ: Mapping[str, str] | None = None) -> str:
 @functools.lru_cache(maxsize=4096)  # every event of a round asks for the same id
 def trace_id_for(salt: str, run_id: str, round_key: int | str) -> int:
     """The trace id of one rendezvous round (never 0, which OTel reserves as invalid)."""
-    digest = hashlib.blake2b(
-        f"{salt}\x00{run_id}\x00{round_key}".encode("utf-8", "surrogatepass"), digest_size=16
-    ).digest()
+    # JSON keeps the parts apart whatever they contain (a separator could be forged).
+    key = json.dumps([salt, run_id, round_key], ensure_ascii=True)
+    digest = hashlib.blake2b(key.encode("ascii"), digest_size=16).digest()
     return int.from_bytes(digest, "big") or 1
 
 
