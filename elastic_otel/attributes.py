@@ -60,6 +60,13 @@ STALLED_SECONDS: Final = "torchelastic.stalled.seconds"
 PHASE: Final = "torchelastic.phase"
 """``start`` or ``end`` of an agent step the bridge observes (``elastic_otel.agent.<step>``)."""
 
+# Open-span snapshots, as the partial-span-processor package writes them (elastic_otel.snapshots).
+PARTIAL_EVENT: Final = "partial.event"
+PARTIAL_FREQUENCY: Final = "partial.frequency"
+PARTIAL_BODY_TYPE: Final = "partial.body.type"
+LOST: Final = "torchelastic.lost"
+"""Set by ``elastic-otel timeline`` on a span known only from snapshots: its process was lost."""
+
 # OpenTelemetry semantic conventions.
 HOST_NAME: Final = "host.name"
 PROCESS_PID: Final = "process.pid"

@@ -23,16 +23,19 @@ The last collection at exit may precede the exit flush, so ``lost_at_exit`` is e
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from elastic_otel import attributes as A
 from elastic_otel import counters as S
+
+if TYPE_CHECKING:  # the API is imported when the bridge starts, not when torch loads this
+    from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 REASON = "elastic_otel.reason"
 
 
 def observe(
-    meter: Any,
+    meter: Meter,
     read: Callable[[], dict[str, int] | None],
     stalls: Callable[[], dict[str, float]] | None = None,
 ) -> None:
@@ -42,14 +45,14 @@ def observe(
     """
     from opentelemetry.metrics import Observation
 
-    def values(key: str) -> Callable[[Any], Iterable[Observation]]:
-        def callback(_options: Any) -> Iterable[Observation]:
+    def values(key: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def callback(_options: CallbackOptions) -> Iterable[Observation]:
             stats = read()
             return [] if stats is None else [Observation(stats.get(key, 0))]
 
         return callback
 
-    def drops(_options: Any) -> Iterable[Observation]:
+    def drops(_options: CallbackOptions) -> Iterable[Observation]:
         stats = read()
         if stats is None:
             return []
@@ -66,7 +69,7 @@ def observe(
     if stalls is not None:
         read_stalls = stalls
 
-        def stalled(_options: Any) -> Iterable[Observation]:
+        def stalled(_options: CallbackOptions) -> Iterable[Observation]:
             return [Observation(s, {A.STALLED_IN: k}) for k, s in read_stalls().items()]
 
         meter.create_observable_gauge(A.METRIC_STALLED_SECONDS, [stalled], "s")

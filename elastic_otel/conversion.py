@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from elastic_otel.counters import EventCounters
 from elastic_otel.parsing import DEFAULT_RAW_LIMIT, EventKind, parse_event
+from elastic_otel.snapshots import HEARTBEAT, STOP, SnapshotSchedule
 from elastic_otel.tracing import TraceModel
 
 if TYPE_CHECKING:  # the emitter imports the OpenTelemetry SDK
@@ -27,7 +28,9 @@ class Conversion:
         counters: EventCounters,
         traces: bool = True,
         raw_limit: int = DEFAULT_RAW_LIMIT,
+        open_span_interval_s: float = 0.0,
     ) -> None:
+        self.snapshots = SnapshotSchedule(open_span_interval_s)
         self.model = model
         self.emitter = emitter
         self.counters = counters
@@ -49,11 +52,19 @@ class Conversion:
             emitter.emit_log(event, 0, 0)
 
     def tick(self, now_ns: int) -> None:
-        """Time-driven output: stall reports (:mod:`elastic_otel.stalls`)."""
-        if self.emitter is not None and self.traces:
-            out = self.model.tick(now_ns)
-            if out.logs or out.spans:
-                self.emitter.emit_output(out)
+        """Time-driven output: stall reports (:mod:`elastic_otel.stalls`) and open-span
+        snapshots (:mod:`elastic_otel.snapshots`)."""
+        emitter = self.emitter
+        if emitter is None or not self.traces:
+            return
+        out = self.model.tick(now_ns)
+        if out.logs or out.spans:
+            emitter.emit_output(out)
+        heartbeats, stopped = self.snapshots.due(self.model.open_spans(), now_ns)
+        for span in heartbeats:
+            emitter.emit_partial(span, HEARTBEAT, now_ns, self.snapshots.frequency)
+        for span in stopped:
+            emitter.emit_partial(span, STOP, now_ns, self.snapshots.frequency)
 
     def current_stalls(self) -> dict[str, float]:
         """Longest current wait per kind, in seconds (read from any thread)."""

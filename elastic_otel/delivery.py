@@ -24,7 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
@@ -40,6 +40,14 @@ DEFAULT_RETRY_QUEUE_SIZE = 100_000
 _logger = logging.getLogger("elastic_otel")
 
 
+class Exporter(Protocol):
+    """What :class:`OutageBuffer` needs of a span or log record exporter."""
+
+    def export(self, batch: Sequence[Any], /) -> Any: ...
+
+    def shutdown(self) -> None: ...
+
+
 class OutageBuffer:
     """An exporter wrapper that holds failed batches and re-sends them when the collector is back.
 
@@ -49,7 +57,7 @@ class OutageBuffer:
 
     def __init__(
         self,
-        inner: Any,
+        inner: Exporter,
         stats: DeliveryCounters,
         signal: str,
         max_items: int = DEFAULT_RETRY_QUEUE_SIZE,

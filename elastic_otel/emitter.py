@@ -11,11 +11,13 @@ lone surrogates are replaced, since protobuf refuses to encode them and would dr
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 
 from opentelemetry import trace as trace_api
 from opentelemetry._logs import Logger, SeverityNumber
+from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -24,6 +26,7 @@ from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlag
 from elastic_otel import attributes as A
 from elastic_otel.logs import to_log
 from elastic_otel.parsing import ElasticEvent
+from elastic_otel.snapshots import STOP
 from elastic_otel.spans import STATUS_ERROR, STATUS_OK, Output, SpanRecord
 
 DEFAULT_VALUE_LIMIT = 16384
@@ -117,6 +120,35 @@ class Emitter:
     def emit_span(self, record: SpanRecord) -> None:
         if self.span_processor is None or not record.trace_id:
             return
+        self.span_processor.on_end(self._readable(record, record.end_ns))
+
+    def emit_partial(self, record: SpanRecord, event: str, now_ns: int, frequency: str) -> None:
+        """A snapshot of ``record`` as a ``partial-span-processor`` log record (``event``:
+        ``heartbeat`` for a span still open, ``stop`` for one that ended)."""
+        if self.logger is None or not record.trace_id:
+            return
+        span = self._readable(record, record.end_ns if event == STOP else None)
+        body = json.dumps(encode_spans([span]).to_dict(), separators=(",", ":"))
+        context = trace_api.set_span_in_context(
+            trace_api.NonRecordingSpan(
+                SpanContext(record.trace_id, record.span_id, False, _SAMPLED)
+            )
+        )
+        self.logger.emit(
+            timestamp=now_ns,
+            observed_timestamp=now_ns,
+            context=context,
+            severity_number=SeverityNumber.INFO,
+            severity_text="INFO",
+            body=body,
+            attributes={
+                A.PARTIAL_EVENT: event,
+                A.PARTIAL_FREQUENCY: frequency,
+                A.PARTIAL_BODY_TYPE: "json/v1",
+            },
+        )
+
+    def _readable(self, record: SpanRecord, end_ns: int | None) -> ReadableSpan:
         limit = self.limit
         context = SpanContext(record.trace_id, record.span_id, False, _SAMPLED)
         parent = (
@@ -136,7 +168,7 @@ class Emitter:
             status_code,
             clean(record.status_message, 1024) if status_code is StatusCode.ERROR else None,
         )
-        span = ReadableSpan(
+        return ReadableSpan(
             name=record.name,
             context=context,
             parent=parent,
@@ -146,7 +178,6 @@ class Emitter:
             links=links,
             status=status,
             start_time=record.start_ns,
-            end_time=record.end_ns,
+            end_time=end_ns,
             instrumentation_scope=self.scope,
         )
-        self.span_processor.on_end(span)

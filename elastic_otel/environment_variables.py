@@ -57,6 +57,11 @@ ELASTIC_OTEL_AGENT_INSTRUMENTATION = "ELASTIC_OTEL_AGENT_INSTRUMENTATION"
 """``false``: leave torch's elastic agent unwrapped; worker outcomes then come from torch's own
 events only (default ``true``, see :mod:`elastic_otel.agent_instrumentation`)."""
 
+ELASTIC_OTEL_OPEN_SPAN_INTERVAL = "ELASTIC_OTEL_OPEN_SPAN_INTERVAL"
+"""Seconds between snapshots of spans still open (``partial.event`` = ``heartbeat`` log
+records), so that a lost process's spans reach the backend (default ``30``; ``0``: none)."""
+DEFAULT_OPEN_SPAN_INTERVAL_S = 30.0
+
 ELASTIC_OTEL_STALL_AFTER = "ELASTIC_OTEL_STALL_AFTER"
 """Seconds a node may wait in a join, in torch's exit barrier or for its workers to stop before
 a WARN stall report says so, repeated at that interval while it lasts (default ``60``; ``0``

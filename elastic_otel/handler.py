@@ -147,6 +147,9 @@ class OtelHandler(logging.Handler):
                 self.counters,
                 traces=self._traces,
                 raw_limit=env.env_int(env.ELASTIC_OTEL_RAW_LIMIT, DEFAULT_RAW_LIMIT),
+                open_span_interval_s=env.env_float(
+                    env.ELASTIC_OTEL_OPEN_SPAN_INTERVAL, env.DEFAULT_OPEN_SPAN_INTERVAL_S
+                ),
             )
             queue_size = env.env_int(env.ELASTIC_OTEL_QUEUE_SIZE, env.DEFAULT_QUEUE_SIZE)
             self._worker = EventWorker(conversion, self.counters, queue_size)

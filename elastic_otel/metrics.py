@@ -38,12 +38,16 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elastic_otel import attributes as A
 from elastic_otel import bridge_metrics, torchrun_args
 from elastic_otel import environment_variables as env
 from elastic_otel.handler import current_handler
+
+if TYPE_CHECKING:  # the SDK is imported when metrics are installed, not when torch loads this
+    from opentelemetry.metrics import Meter
+    from opentelemetry.sdk.metrics import MeterProvider
 
 try:  # torch is optional for the package; the handler is a MetricHandler where it exists.
     from torch.distributed.elastic.metrics.api import MetricHandler as _MetricHandlerBase
@@ -95,7 +99,7 @@ def _metric_name(name: str) -> str:
 class OtelMetricHandler(_MetricHandlerBase):
     """A torchelastic ``MetricHandler`` recording every value on an OTel ``Meter``."""
 
-    def __init__(self, meter: Any) -> None:
+    def __init__(self, meter: Meter) -> None:
         self._meter = meter
         self._instruments: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
@@ -136,12 +140,14 @@ class OtelMetricHandler(_MetricHandlerBase):
             with self._lock:
                 instrument = self._instruments.get(key)
                 if instrument is None:
-                    create = {
-                        COUNTER: self._meter.create_counter,
-                        HISTOGRAM: self._meter.create_histogram,
-                        GAUGE: self._meter.create_gauge,
-                    }[kind]
-                    instrument = self._instruments[key] = create(name, unit=unit)
+                    meter = self._meter
+                    if kind == COUNTER:
+                        instrument = meter.create_counter(name, unit=unit)
+                    elif kind == HISTOGRAM:
+                        instrument = meter.create_histogram(name, unit=unit)
+                    else:
+                        instrument = meter.create_gauge(name, unit=unit)
+                    self._instruments[key] = instrument
         return instrument
 
 
@@ -178,7 +184,7 @@ def current_run_id() -> str | None:
 
 
 class _Installed:
-    def __init__(self, handler: OtelMetricHandler, provider: Any, owned: bool) -> None:
+    def __init__(self, handler: OtelMetricHandler, provider: MeterProvider, owned: bool) -> None:
         self.handler, self.provider, self.owned = handler, provider, owned
         self.closed = False
         self.originals: dict[Any, Callable[[str], Any]] = {}
@@ -195,7 +201,7 @@ def enabled() -> bool:
     return env.env_flag(env.ELASTIC_OTEL_METRICS, True) and not sdk_disabled()
 
 
-def install(meter_provider: Any = None) -> OtelMetricHandler | None:
+def install(meter_provider: MeterProvider | None = None) -> OtelMetricHandler | None:
     """Report torchelastic's metrics as OTel metrics (idempotent; see the module docstring).
 
     ``meter_provider`` defaults to the application's SDK ``MeterProvider``, else one built from
@@ -324,7 +330,7 @@ def _at_exit(state: _Installed) -> None:
     _shutdown(state, (bridge.shutdown,) if bridge is not None else ())
 
 
-def _provider() -> tuple[Any, bool]:
+def _provider() -> tuple[MeterProvider, bool]:
     from opentelemetry import metrics as metrics_api
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader

@@ -41,7 +41,7 @@ import socket
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
@@ -56,6 +56,22 @@ _logger = logging.getLogger("elastic_otel")
 _local_ids = itertools.count()
 
 
+class RendezvousLike(Protocol):
+    """What is wrapped: torch's ``RendezvousHandler`` or torchelastic 0.2's (duck-typed)."""
+
+    def next_rendezvous(self) -> Any: ...
+
+    def is_closed(self) -> bool: ...
+
+    def set_closed(self) -> None: ...
+
+    def num_nodes_waiting(self) -> int: ...
+
+    def get_run_id(self) -> str: ...
+
+    def shutdown(self) -> bool: ...
+
+
 class TracedRendezvousHandler(RendezvousHandler):
     """Wraps ``inner`` (torch's interface or torchelastic 0.2's); records what it does.
 
@@ -65,7 +81,7 @@ class TracedRendezvousHandler(RendezvousHandler):
 
     def __init__(
         self,
-        inner: Any,
+        inner: RendezvousLike,
         backend_name: str | None = None,
         event_handler: OtelHandler | None = None,
     ) -> None:
@@ -84,7 +100,7 @@ class TracedRendezvousHandler(RendezvousHandler):
     # --- the RendezvousHandler interface -------------------------------------------------
 
     @property
-    def inner(self) -> Any:
+    def inner(self) -> RendezvousLike:
         """The wrapped handler."""
         return self._inner
 

@@ -13,8 +13,8 @@ Environment:
                        of failing on a closed connection; the demo does this. Default: it
                        fails after init, so that without restarts the whole job fails fast
   TRAIN_FAIL_ONCE_DIR  directory for the marker file that makes the failure happen once
-  TRAIN_WAIT_FOR_WORLD idle (up to 120 s) while the world is smaller than this, so that an
-                       elastic scale-up restarts the workers with more nodes
+  TRAIN_WAIT_FOR_WORLD idle (up to TRAIN_WAIT_SECONDS, default 120) while the world is
+                       smaller than this, so that an elastic scale-up restarts the workers
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def main() -> None:
     if not before_init:
         _fail_once(rank, restart)
     wait_for = int(os.environ.get("TRAIN_WAIT_FOR_WORLD", "0"))
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + float(os.environ.get("TRAIN_WAIT_SECONDS", "120"))
     while world < wait_for and time.monotonic() < deadline:
         time.sleep(0.2)  # torchrun restarts this worker when more nodes join
 

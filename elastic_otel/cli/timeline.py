@@ -21,11 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_otel import attributes as A
+from elastic_otel.cli.otlp_json_reader import OtlpJsonError, decode_line
 from elastic_otel.constants import STATUS_PREFIX
+from elastic_otel.snapshots import HEARTBEAT
 
 Item = dict[str, Any]
 
 FAILURE_STATES = frozenset({"FAILED", "UNHEALTHY"})
+LOST = "LOST"
 """Worker states drawn as failures (``REPLACED`` counts too when its span has ERROR status)."""
 
 _AGENT_STEPS = frozenset({A.SPAN_AGENT_RENDEZVOUS, A.SPAN_AGENT_ASSIGN_RANKS})
@@ -58,7 +61,7 @@ class WorkerRow:
 
     @property
     def failed(self) -> bool:
-        return self.error or self.state in FAILURE_STATES
+        return self.error or self.state in FAILURE_STATES or self.state == LOST
 
 
 @dataclass
@@ -76,6 +79,7 @@ class NodeRow:
     agent_state: str = ""
     agent_end_ns: int | None = None
     agent_message: str = ""
+    lost_ns: int | None = None  # its process was lost; last heard at this time
 
     @property
     def first_ns(self) -> int:
@@ -104,7 +108,10 @@ class Round:
 
     @property
     def failed(self) -> bool:
-        return any(n.join_failed or any(w.failed for w in n.workers) for n in self.nodes)
+        return any(
+            n.join_failed or n.lost_ns is not None or any(w.failed for w in n.workers)
+            for n in self.nodes
+        )
 
 
 @dataclass
@@ -137,8 +144,9 @@ class Timeline:
 def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline:
     """Group spans and logs by round and node (as
     :func:`~elastic_otel.cli.otlp_json_reader.read_otlp_json` returns them)."""
-    spans = list(spans)
     logs = list(logs)
+    spans = list(spans)
+    spans += lost_spans(spans, logs)
     builder = _Builder()
     rdzv = [s for s in spans if s["name"] in (A.SPAN_RDZV_JOIN, A.SPAN_RDZV_MEMBER)]
     for span in sorted(rdzv, key=lambda s: s["start_ns"]):
@@ -153,6 +161,40 @@ def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline
     timeline = Timeline(rounds, min(times, default=0), max(times, default=0))
     timeline.errors = _errors(logs, builder)
     return timeline
+
+
+def lost_spans(spans: list[Item], logs: list[Item]) -> list[Item]:
+    """Spans known only from open-span snapshots (``partial.event`` = ``heartbeat``): their
+    process never ended them. Each is its latest snapshot, ended at the time its process was
+    last heard of (its latest record of any kind) and marked ``torchelastic.lost``."""
+    final = {(s["trace_id"], s["span_id"]) for s in spans}
+    latest: dict[tuple[str, str], tuple[int, Item]] = {}
+    heard: dict[str, int] = {}
+    for s in spans:
+        instance = _instance(s)
+        heard[instance] = max(heard.get(instance, 0), s["end_ns"])
+    for record in logs:
+        instance = str(record["resource"].get("service.instance.id", ""))
+        heard[instance] = max(heard.get(instance, 0), record["time_ns"])
+        if record["attributes"].get(A.PARTIAL_EVENT) != HEARTBEAT:
+            continue
+        body = record["body"]
+        try:
+            snapshot, _ = decode_line(body) if isinstance(body, str) else ([], [])
+        except OtlpJsonError:
+            continue  # a snapshot someone else wrote differently: not ours to show
+        for span in snapshot:
+            key = (span["trace_id"], span["span_id"])
+            if key not in final and record["time_ns"] >= latest.get(key, (0, span))[0]:
+                latest[key] = (record["time_ns"], span)
+    lost = []
+    for snapshot_ns, span in latest.values():
+        last_heard = max(heard.get(_instance(span), 0), snapshot_ns)
+        attrs = {**span["attributes"], A.LOST: True}
+        if span["name"] == A.SPAN_WORKER:
+            attrs[A.STATE] = LOST
+        lost.append({**span, "end_ns": last_heard, "attributes": attrs})
+    return lost
 
 
 class _Builder:
@@ -190,6 +232,8 @@ class _Builder:
         row = self._row(round_key, node_key, _node_label(host, pid, local_id))
         row.host, row.pid = host, pid
         bar = Bar(span["name"], span["start_ns"], span["end_ns"], span["status_code"])
+        if attrs.get(A.LOST):
+            row.lost_ns = max(row.lost_ns or 0, span["end_ns"])
         if span["name"] == A.SPAN_RDZV_JOIN:
             bar.detail = span["status_message"] or str(attrs.get(A.END_REASON, ""))
             row.join = bar
@@ -288,9 +332,12 @@ def _outcome(rnd: Round) -> str:
     states = [w.state for n in rnd.nodes for w in n.workers]
     agents = [n.agent_state for n in rnd.nodes if n.agent_state]
     parts = []
+    lost = sum(n.lost_ns is not None for n in rnd.nodes)
+    if lost:
+        parts.append(f"{lost} node{'s' if lost > 1 else ''} lost")
     if any(n.join_failed for n in rnd.nodes):
         parts.append("rendezvous failed")
-    if any(w.failed for n in rnd.nodes for w in n.workers):
+    if any(w.failed and w.state != LOST for n in rnd.nodes for w in n.workers):
         parts.append("worker failure")
         if "REPLACED" in states:
             parts.append("worker group restarted")
@@ -448,6 +495,8 @@ def render_text(timeline: Timeline, color: bool = False) -> str:
             wait = f"{(join.end_ns - join.start_ns) / 1e9:.3f}s" if join else ""
             detail = _node_detail(node, rel)
             state = "JOIN FAILED" if node.join_failed else ("joined" if node.member else "")
+            if node.lost_ns is not None:
+                state = LOST
             end = node.member.end_ns if node.member else (join.end_ns if join else None)
             rank = "" if node.rank is None else str(node.rank)
             cells = (
@@ -463,7 +512,7 @@ def render_text(timeline: Timeline, color: bool = False) -> str:
                 "",
                 detail,
             )
-            rows.append((cells, _RED if node.join_failed else ""))
+            rows.append((cells, _RED if node.join_failed or node.lost_ns is not None else ""))
             for w in node.workers:
                 rank_label = "?" if w.global_rank is None else str(w.global_rank)
                 cells = (
@@ -491,7 +540,9 @@ def render_text(timeline: Timeline, color: bool = False) -> str:
 
 def _node_detail(node: NodeRow, rel: Any) -> str:
     parts = []
-    if node.join_failed and node.join is not None:
+    if node.lost_ns is not None:
+        parts.append(f"LOST: never ended its spans; last heard at {rel(node.lost_ns)}")
+    elif node.join_failed and node.join is not None:
         parts.append(node.join.detail or "rendezvous failed")
     elif node.member is not None and node.member.detail:
         parts.append(f"left the round: {node.member.detail}")

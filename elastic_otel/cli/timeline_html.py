@@ -74,6 +74,7 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
                 if n.agent_state
                 else None
             ),
+            "lost": sec(n.lost_ns),
         }
 
     return {
@@ -183,6 +184,8 @@ header h1 { font-size: 18px; margin: 0 0 4px; }
 .bar.TERMINATED { background: var(--term); }
 .bar.RESTARTED { background: repeating-linear-gradient(45deg, #5b7db1 0 4px, #8aa6d1 4px 8px); }
 .bar.failed { background: var(--fail); }
+.bar.LOST { background: repeating-linear-gradient(90deg, #7c3aed 0 6px, transparent 6px 9px);
+  border: 1px dashed #7c3aed; }
 .bar.failed.REPLACED { background: repeating-linear-gradient(45deg, #d64541 0 4px,
   #ee8a86 4px 8px); }
 .agent-end { position: absolute; top: 5px; width: 12px; height: 12px; margin-left: -6px;
@@ -277,7 +280,8 @@ _JS = r"""
      ["RUNNING", "worker running / unknown end"],
      ["RESTARTED", "worker restarted (membership change)"],
      ["failed REPLACED", "worker replaced after a failure"], ["failed", "worker failed"],
-     ["TERMINATED", "worker terminated"]].forEach(function (k) {
+     ["TERMINATED", "worker terminated"],
+     ["LOST", "node or worker lost: never ended, drawn to when last heard"]].forEach(function (k) {
       var key = el("span", "key");
       var sw = el("span", "swatch bar " + k[0]);
       sw.style.position = "static";
@@ -320,11 +324,12 @@ _JS = r"""
            n.join.detail ? n.join.detail : where]);
     }
     if (n.member) {
-      bar(r.track, "member", n.member.start, n.member.end,
-          "in " + round.label + " \u00b7 " + n.label,
+      bar(r.track, "member" + (n.lost !== null ? " LOST" : ""), n.member.start, n.member.end,
+          (n.lost !== null ? "LOST in " : "in ") + round.label + " \u00b7 " + n.label,
           [secs(n.member.start) + " \u2192 " + secs(n.member.end) + " (" +
              dur(n.member.start, n.member.end) + ")",
-           "left the round: " + (n.member.detail || "-")]);
+           n.lost !== null ? "lost: never ended its spans; last heard at " + secs(n.lost)
+                           : "left the round: " + (n.member.detail || "-")]);
     }
     n.steps.forEach(function (s) {
       bar(r.track, "step", s.start, s.end, s.name + " \u00b7 " + n.label,
