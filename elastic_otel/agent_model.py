@@ -224,7 +224,7 @@ class AgentModel:
         self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
     ) -> None:
         t = ev.time_ns
-        start = t - int((ev.duration_ms or 0.0) * 1_000_000)
+        start = _back_dated(t, ev.duration_ms)
         if not agent.start_ns or start < agent.start_ns:
             agent.start_ns = start
         span = self._span(_AGENT_STEPS[ev.state], start, ev, trace, parent)
@@ -243,7 +243,7 @@ class AgentModel:
             return
         started = agent.steps.pop(ev.state, None)
         if started is None:  # its start was not seen: back-date by the duration
-            start = t - int((ev.duration_ms or 0.0) * 1_000_000)
+            start = _back_dated(t, ev.duration_ms)
             started = self._span(name, start, ev, trace, parent)
         span = started
         if ev.error is not None:
@@ -378,6 +378,11 @@ class AgentModel:
         _, agent = self.agents.popitem(last=False)
         self._end_workers(agent, t, out, "UNKNOWN", "evicted: state limit reached")
         self._end_steps(agent, t, out, "evicted: state limit reached", False)
+
+
+def _back_dated(t: int, duration_ms: float | None) -> int:
+    """When a step of ``duration_ms`` that ended at ``t`` began (never before the epoch)."""
+    return max(0, t - int((duration_ms or 0.0) * 1_000_000))
 
 
 def _stopped_by_agent(span: SpanRecord, failed: SpanRecord | None) -> None:

@@ -349,3 +349,14 @@ def test_heartbeat_logs_switch_over_otlp(monkeypatch, grpc_receiver, make_logger
     assert member["attributes"]["torchelastic.sync.count"] == 50
     bodies = [r["body"] for r in grpc_receiver.logs()]
     assert len(bodies) == 3 and not any("keep-alive" in b or "synced" in b for b in bodies)
+
+
+def test_a_step_longer_than_the_epoch_is_not_back_dated_before_it() -> None:
+    """A RENDEZVOUS event dated 1 ms after the epoch that lasted 5 ms (found by hypothesis):
+    OTLP times are unsigned, a negative start would fail the whole export batch."""
+    payload = (
+        '{"name": "torchelastic.worker.status.RENDEZVOUS", "source": "AGENT", "timestamp": 1, '
+        '"metadata": {"run_id": "job", "state": "RENDEZVOUS", "duration_ms": 5}}'
+    )
+    (span,) = TraceModel(salt="s").process(parse_event(payload, 1)).spans
+    assert (span.start_ns, span.end_ns) == (0, 1_000_000)
