@@ -19,8 +19,8 @@ agent classes on activation, and :func:`uninstrument` puts them back:
   it ends, so that a step still running (the exit barrier waiting for a lost node) is an open
   span that stall reports and exit handling can see.
 
-The events go to the bridge handler only (torch's other destinations see what they always
-saw). Every wrapper calls torch's method first and reports after, inside ``try``: a failure
+The events go to the bridge handler only, and only from an agent whose own events go there
+(``--event-log-handler otel``): torch's other destinations see what they always saw. Every wrapper calls torch's method first and reports after, inside ``try``: a failure
 here is one debug line, never the agent's. Where torch's internals differ (a method or
 ``_construct_event`` missing or shaped differently), nothing is wrapped, with one debug line,
 and the bridge falls back to torch's own events.
@@ -122,11 +122,21 @@ def _shape_problem(agent_cls: type, targets: list[_Target]) -> str:
 # --- the wrappers -------------------------------------------------------------------------------
 
 
+def _reports_to_bridge(agent: Any) -> bool:
+    """Whether this agent records its events to the bridge (``--event-log-handler otel``):
+    what it observes goes where its own events go, or nowhere."""
+    from torch.distributed.elastic.events import handlers
+
+    destination = agent._worker_group.spec.event_log_handler
+    return handlers._log_handlers.get(destination) is get_handler()
+
+
 def _wrap_monitor(original: Callable[..., Any]) -> Callable[..., Any]:
     def _monitor_workers(self: Any, worker_group: Any) -> Any:
         result = original(self, worker_group)
         try:
-            _report_outcomes(self, worker_group, result)
+            if _reports_to_bridge(self):
+                _report_outcomes(self, worker_group, result)
         except Exception:  # never the agent's problem
             _logger.debug("elastic-otel: worker outcomes not reported", exc_info=True)
         return result
@@ -215,6 +225,8 @@ def _report_step(
     error: BaseException | None = None,
 ) -> None:
     try:
+        if not _reports_to_bridge(agent):
+            return
         from torch.distributed.elastic.events import EventSource
 
         event = _construct(

@@ -77,9 +77,8 @@ def test_demo_runs_a_job_with_a_failure_and_a_restart(tmp_path: Path) -> None:
     # Progress while the job ran.
     assert "agent 0: joined rendezvous round 0" in text
     assert "agent 1: joined rendezvous round 0" in text
-    assert re.search(
-        r"agent \d: worker rank 1 REPLACED: worker group restarted after a failure", text
-    )
+    assert re.search(r"agent \d: worker rank 1 FAILED", text)
+    assert re.search(r"agent \d: worker rank 0 STOPPED: stopped by the agent", text)
     assert "joined rendezvous round 1" in text and "job SUCCEEDED" in text
 
     # The timeline: both nodes in both rounds, the failure in round 0, the restart in round 1.
@@ -89,9 +88,9 @@ def test_demo_runs_a_job_with_a_failure_and_a_restart(tmp_path: Path) -> None:
     for block in (first, second):
         assert {p for p in pids if any(f"localhost pid {p} " in line for line in block)} == pids
     assert "worker failure" in first[0]
-    failed = [line for line in first if "REPLACED" in line]
-    assert len(failed) == 1 and " x  rank 1 " in failed[0]
-    assert any("RESTARTED" in line and "rank 0" in line for line in first)
+    failed = [line for line in first if " FAILED " in line]
+    assert len(failed) == 1 and " x  rank 1 " in failed[0] and "RuntimeError" in failed[0]
+    assert any("STOPPED" in line and "rank 0" in line for line in first)
     assert "RESTART after a failure (agent restarts: 1)" in second[0]
     assert "job succeeded" in second[0]
     assert sum("SUCCEEDED" in line and " rank " in line for line in second) == 2

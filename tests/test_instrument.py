@@ -90,7 +90,10 @@ def test_job_exports_once_on_the_auto_instrumentation_providers(
         if r["body"] == "torchelastic.worker.status.SUCCEEDED"
         and r["attributes"][A.EVENT_SOURCE] == "WORKER"
     ]
-    assert sorted(succeeded) == [0, 1], "each worker's event exported once"
+    # each worker's success twice: when the agent saw it, and torch's event after the barrier
+    assert sorted(succeeded) == [0, 0, 1, 1], "each worker's events exported once"
+    observed = [r for r in logs if r["attributes"].get(A.OBSERVED_BY) == "monitor_workers"]
+    assert sorted(r["attributes"][A.GLOBAL_RANK] for r in observed) == [0, 1]
 
     points = grpc_receiver.wait_for_metrics(
         1, where=lambda p: p["name"] == "torchelastic.workers.run_total"

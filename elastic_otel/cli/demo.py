@@ -341,7 +341,12 @@ class ProgressFollower:
     def _span_message(self, span: dict[str, Any]) -> list[str]:
         attrs = span["attributes"]
         state = attrs.get(A.STATE)
-        if span["name"] == A.SPAN_WORKER and state in ("REPLACED", "RESTARTED", "TERMINATED"):
+        if span["name"] == A.SPAN_WORKER and state in (
+            "REPLACED",
+            "RESTARTED",
+            "TERMINATED",
+            A.STATE_STOPPED,
+        ):
             reason = attrs.get(A.END_REASON, "")
             return [
                 f"{self._agent(span)}: worker rank {attrs.get(A.GLOBAL_RANK)} {state}: {reason}"
