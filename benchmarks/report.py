@@ -719,6 +719,35 @@ def _scale(sc: dict[str, Any]) -> list[str]:
         "round in flight can be split.",
         "",
     ]
+    lines += _open_spans(sc.get("open_spans"))
+    return lines
+
+
+def _open_spans(w: dict[str, Any] | None) -> list[str]:
+    if not w:
+        return []
+    on = w["on"]
+    lines = [
+        "### Open-span snapshots and stall reports",
+        "",
+        "What the bridge sends on its own, with no event recorded: one node with 8 running "
+        "workers and a second one stuck in a join, idle for "
+        f"{_f(on['seconds'], 0)} s, with snapshots every second and stall reports after 1 s "
+        f"against both off: {w['records']:,} more log records, "
+        f"{_f(w['bytes_per_record'], 0)} bytes each (OTLP protobuf; the span as OTLP JSON in "
+        f"the body), {_f(w['cpu_us_per_record'])} µs of CPU each on the node. The idle "
+        f"bridge without them costs {_f(w['idle_cpu_us_per_s_off'])} µs of CPU per second "
+        "(the worker's 50 ms poll). Neither runs on torch's threads.",
+        "",
+    ]
+    rows = [
+        ("snapshot records/s into the collector tier (member + 8 workers per node, every 30 s)",
+         _f(w["snapshot_records_per_s"], 0)),
+        ("CPU per node for them", f"{_f(w['node_cpu_us_per_s'])} µs/s"),
+        ("stall reports/s if every node is stalled (one per node per 60 s)",
+         _f(w["stall_records_per_s_all_stalled"], 0)),
+    ]  # fmt: skip
+    lines += _table([f"{w['nodes']:,}-node job, defaults", "value"], rows)
     return lines
 
 

@@ -77,6 +77,90 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def measure_waiting(config: dict[str, Any]) -> dict[str, Any]:
+    """Child: a node with 8 running workers and a second node stuck in a join, then idle.
+
+    What the bridge does on its own while nothing is recorded: open-span snapshots (the member
+    span and 8 worker spans) and stall reports (the join), as configured by the parent.
+    """
+    common.pin(common.measured_cpu())
+    from torch.distributed.elastic import events
+
+    import elastic_otel
+    from benchmarks import events as ev
+    from benchmarks.caller_cost import _wait_bridge_idle
+
+    node = ev._Node("scale-job", "node-0001", 4242)
+    setup = [*node.join(0, 0, 2), node.agent("RENDEZVOUS", duration_ms=1000.0)]
+    setup += [node.agent("START", "WORKER", g, str(4243 + g), world=2, nproc=8) for g in range(8)]
+    stuck = ev._Node("scale-job", "node-0002", 4343)
+    setup += stuck.join(1, 0, 2)[:2]  # attempts to join, waits in the participants list
+    elastic_otel.register()
+    info = events._get_or_create_logger("otel").info
+    for p in ev.serialize(setup):
+        info(p)
+    _wait_bridge_idle(elastic_otel.stats, 30.0)
+    elastic_otel.flush(30.0)
+    common.pause()  # the parent snapshots the receiver: what follows is the idle bridge's
+    cpu0 = time.process_time()
+    time.sleep(config["seconds"])
+    cpu = time.process_time() - cpu0
+    elastic_otel.flush(30.0)
+    return {"idle_cpu_s": cpu, "seconds": config["seconds"]}
+
+
+def _measure_waiting(rx: Any, seconds: float, interval: str, stall: str) -> dict[str, Any]:
+    env = common.clean_env(
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "ELASTIC_OTEL_JOB_ID": "benchmark",
+            "OTEL_METRICS_EXPORTER": "none",
+            "ELASTIC_OTEL_OPEN_SPAN_INTERVAL": interval,
+            "ELASTIC_OTEL_STALL_AFTER": stall,
+        }
+    )
+    got: dict[str, Any] = {}
+
+    def snapshot() -> None:
+        time.sleep(0.3)
+        got["setup"] = rx.stats()
+
+    res = common.run_child_with_pause(MODULE, {"seconds": seconds, "waiting": True}, env, snapshot)
+    time.sleep(0.3)
+    after = rx.stats()
+    logs = after["records"]["logs"] - got["setup"]["records"]["logs"]
+    size = after["bytes"]["logs"] - got["setup"]["bytes"]["logs"]
+    return {**res, "log_records": logs, "bytes": size}
+
+
+def open_span_costs(rx: Any, quick: bool) -> dict[str, Any]:
+    """The idle bridge with snapshots (every second) and stall reports (after 1 s) against
+    both off: records, bytes and CPU they cost one node, then scaled to 4,096 nodes at the
+    defaults (30 s, 60 s)."""
+    seconds = 3.0 if quick else 20.0
+    off = _measure_waiting(rx, seconds, "0", "0")
+    on = _measure_waiting(rx, seconds, "1", "1")
+    records = on["log_records"] - off["log_records"]
+    cpu_s = on["idle_cpu_s"] - off["idle_cpu_s"]
+    per_record_us = cpu_s / records * 1e6 if records > 0 else None
+    snap_per_node, interval, stall_after, nodes = 9, 30.0, 60.0, 4096  # member + 8 workers
+    return {
+        "off": off,
+        "on": on,
+        "records": records,
+        "cpu_us_per_record": per_record_us,
+        "bytes_per_record": (on["bytes"] - off["bytes"]) / records if records > 0 else None,
+        "idle_cpu_us_per_s_off": off["idle_cpu_s"] / seconds * 1e6,
+        "nodes": nodes,
+        "snapshot_records_per_s": nodes * snap_per_node / interval,
+        "stall_records_per_s_all_stalled": nodes / stall_after,
+        "node_cpu_us_per_s": (snap_per_node / interval) * per_record_us
+        if per_record_us is not None
+        else None,
+    }
+
+
 HEARTBEAT_LOGS_OFF = {"ELASTIC_OTEL_HEARTBEAT_LOGS": "false"}
 
 
@@ -156,6 +240,7 @@ def run(quick: bool, measured: dict[str, Any]) -> dict[str, Any]:
     with ReceiverProcess("grpc") as rx:
         default = _measure(rx, keepalives, {})
         off = _measure(rx, keepalives, HEARTBEAT_LOGS_OFF)
+        waiting = open_span_costs(rx, quick)
     collector_cpu_per_record = measured.get("collector_cpu_us_per_record")
     return {
         "pattern": keepalive_pattern(),
@@ -163,8 +248,13 @@ def run(quick: bool, measured: dict[str, Any]) -> dict[str, Any]:
         "table": _cluster(default, collector_cpu_per_record),
         "heartbeat_logs_off": {**off, "table": _cluster(off, collector_cpu_per_record)},
         "collector_cpu_us_per_record": collector_cpu_per_record,
+        "open_spans": waiting,
     }
 
 
+def child(config: dict[str, Any]) -> dict[str, Any]:
+    return measure_waiting(config) if config.get("waiting") else measure(config)
+
+
 if __name__ == "__main__":
-    common.child_main(sys.argv[1:], measure)
+    common.child_main(sys.argv[1:], child)

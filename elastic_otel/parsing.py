@@ -8,12 +8,33 @@ shared by the log record and the span model.
 Anything else (invalid JSON, unknown shapes, ``None``, arbitrary objects) becomes an event of
 kind ``UNPARSED`` that keeps the original text, truncated, and says why. Nothing here raises
 for bad input and nothing imports torch or the OpenTelemetry SDK.
+
+A bad field loses only itself. The convention, the same for every event kind:
+
+* **Typed fields** (ints: a rendezvous event's ``pid``, ``local_id`` and ``rank``; an agent
+  event's ``global_rank``, ``group_rank``, ``agent_restarts`` and the nested ``worker_pid``;
+  floats: ``duration_ms``; the event ``timestamp``) that are present (not ``null``) but unusable
+  become "absent": the :class:`ElasticEvent` field is ``None`` (the record time, for a
+  timestamp), the typed attribute is left out, and ``torchelastic.invalid.<field>``
+  (:data:`~elastic_otel.attributes.INVALID_PREFIX`) holds the original value as text, cut to
+  256 characters. An int is usable when it is an ``int`` (not a ``bool``), an integral
+  ``float`` or ASCII decimal text with an optional sign and surrounding whitespace (``" 7 "``),
+  within OTLP's int64; ``"²"``, ``"٣"``, ``"--5"``, ``"1e3"``, ``"0x10"``, ``NaN``, ``1e30`` and
+  bytes are not.
+* **Text fields** (names, ``run_id``, ``hostname``, ``message``, states, ``role``) are never
+  invalid: a non-string becomes its text (an enum its value, or name for states and sources).
+* **Uninterpreted fields** (any other metadata key, fields a newer torch adds) are kept as
+  ``torchelastic.<key>``, as they came (containers and out-of-int64 ints as JSON text).
+* Only the shape of the event itself (not a JSON object, no ``name``/``source`` or
+  ``run_id``/``node_state``/``message``, ``metadata`` that is not an object) makes it
+  ``UNPARSED``.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeGuard
@@ -164,7 +185,7 @@ def _loads(text: str) -> dict[str, Any]:
     if len(text) > _MAX_INPUT_CHARS:
         raise _Unparsed(f"message too long ({len(text)} characters)", text)
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_json_int)
     except RecursionError:
         raise _Unparsed("JSON nested too deeply", text) from None
     except ValueError as e:
@@ -174,12 +195,22 @@ def _loads(text: str) -> dict[str, Any]:
     return data
 
 
+def _json_int(digits: str) -> int | str:
+    """A JSON integer; one past Python's digit limit (4300 by default) stays text, so that a
+    5000-digit pid is a bad field, not invalid JSON for the whole event."""
+    try:
+        return int(digits)
+    except ValueError:
+        return digits
+
+
 # --- rendezvous events ----------------------------------------------------------------------
 
 # Only anchored, linear-time patterns: messages can be megabytes long, and a backtracking
 # regex would hold the GIL (and so torch's threads) for minutes.
-_INT = re.compile(r"-?\d{1,18}")
-_ROUND = re.compile(r"round (\d{1,18})")
+# [0-9], not \d: \d also matches "٣" (and int() would take it), which torch never writes.
+_INT = re.compile(r"-?[0-9]{1,18}")
+_ROUND = re.compile(r"round ([0-9]{1,18})")
 _EXCEPTION_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Timeout", "Failure")
 
 # Ordered: first match wins. Keyword tests are cheaper than one regex per action.
@@ -276,15 +307,13 @@ def _rdzv_event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     if master:
         attrs[A.MASTER_ENDPOINT] = master
     for key, value in (("pid", pid), ("local_id", local_id), ("rank", rank_field)):
-        raw = d.get(key)
-        if value is None and raw is not None:
-            # a field torch never gets wrong, wrong here: it loses only itself, visibly
-            attrs[A.INVALID_PREFIX + key] = safe_text(raw)[:256]
+        if value is None:
+            _flag_invalid(attrs, key, d.get(key))
 
     error: ErrorInfo | None = None
     if node_state == "FAILED":
         error = _error_from_message(message, _text(d.get("error_trace")))
-        _put_error(attrs, error)
+        attrs.update(error_attributes(error))
     extra = {k: v for k, v in d.items() if k not in _RDZV_FIELDS}
     _put_extra(attrs, extra)
 
@@ -357,9 +386,9 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
         raise _Unparsed(f"metadata is {type(md).__name__}, not an object")
 
     attrs: Attributes = {A.EVENT_NAME: name, A.EVENT_SOURCE: source or A.SOURCE_UNKNOWN}
-    if not ts_ok and ts not in (0, None):
+    if not ts_ok and not (_is_number(ts) and ts == 0):
         # not milliseconds since the epoch (ns? µs? text?): the record time is used instead
-        attrs[A.NS + "invalid_timestamp"] = _text(ts)[:64]
+        _flag_invalid(attrs, "timestamp", ts)
     nested: dict[str, Any] = {}
     raw_nested = md.get("metadata")
     if isinstance(raw_nested, str) and raw_nested.startswith("{"):
@@ -374,17 +403,18 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     elif raw_nested is not None:
         attrs[A.NS + "metadata"] = _attr_value(raw_nested)
 
+    typed: dict[str, int | float] = {}
     for key, value in md.items():
         if key in _AGENT_SPECIAL or value is None:
             continue
-        attrs[A.NS + key] = _attr_value(value)
+        _put_field(attrs, typed, _text(key), value)
     for key, value in nested.items():
         # torch wraps each per-worker value in a one-element list (tuples in JSON).
-        if isinstance(value, list) and len(value) == 1:
+        if isinstance(value, list | tuple) and len(value) == 1:
             value = value[0]
-        if value is None:
+        if value is None or A.NS + _text(key) in attrs:
             continue
-        attrs.setdefault(A.NS + key, _attr_value(value))
+        _put_field(attrs, typed, _text(key), value)
 
     hostname = _text(md.get("hostname"))
     if hostname:
@@ -392,14 +422,13 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     state = _text(md.get("state")) if md.get("state") is not None else ""
     if not state and name.startswith(STATUS_PREFIX):
         state = name[len(STATUS_PREFIX) :]
-    group_rank = _opt_int(md.get("group_rank"))
+    group_rank = typed.get("group_rank")
     if group_rank is not None:
         attrs[A.RANK] = group_rank  # the node's rendezvous rank
-    global_rank = _opt_int(md.get("global_rank"))
 
     error = _error_from_raw(md.get("raw_error"), attrs)
     if error is not None:
-        _put_error(attrs, error)
+        attrs.update(error_attributes(error))
 
     if name.startswith(STATUS_PREFIX):
         kind = EventKind.WORKER if source == A.SOURCE_WORKER else EventKind.AGENT
@@ -408,7 +437,6 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     else:
         kind = EventKind.GENERIC
 
-    duration = md.get("duration_ms")
     extra = {k: v for k, v in d.items() if k not in ("name", "source", "timestamp", "metadata")}
     _put_extra(attrs, extra)
     return ElasticEvent(
@@ -420,15 +448,36 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
         run_id=_text(md.get("run_id")) if md.get("run_id") is not None else "",
         hostname=hostname,
         state=state,
-        global_rank=global_rank,
-        group_rank=group_rank,
+        global_rank=_as_int(typed.get("global_rank")),
+        group_rank=_as_int(group_rank),
         role=_text(md.get("role")) if md.get("role") is not None else "",
-        agent_restarts=_opt_int(md.get("agent_restarts")),
-        duration_ms=_duration(duration),
+        agent_restarts=_as_int(typed.get("agent_restarts")),
+        duration_ms=_as_float(typed.get("duration_ms")),
         error=error,
-        pid=_opt_int(nested.get("worker_pid")) if nested else None,
+        pid=_as_int(typed.get("worker_pid")),
         extra=extra,
     )
+
+
+def _put_field(attrs: Attributes, typed: dict[str, int | float], key: str, value: object) -> None:
+    """``torchelastic.<key>``: typed when parse_event reads the key, else as it came."""
+    coerce = _TYPED_METADATA.get(key)
+    if coerce is None:
+        attrs[A.NS + key] = _attr_value(value)
+        return
+    number = coerce(value)
+    if number is None:
+        _flag_invalid(attrs, key, value)
+    else:
+        typed[key] = attrs[A.NS + key] = number
+
+
+def _as_int(value: int | float | None) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _as_float(value: int | float | None) -> float | None:
+    return float(value) if value is not None else None
 
 
 def _error_from_raw(raw: object, attrs: Attributes) -> ErrorInfo | None:
@@ -488,8 +537,14 @@ def error_attributes(error: ErrorInfo) -> dict[str, str]:
     return attrs
 
 
-def _put_error(attrs: Attributes, error: ErrorInfo) -> None:
-    attrs.update(error_attributes(error))
+def _flag_invalid(attrs: Attributes, key: str, raw: object) -> None:
+    """A typed field present but unusable: left out, its text kept as
+    ``torchelastic.invalid.<key>`` (``null``, i.e. an absent field, is not flagged)."""
+    if raw is not None:
+        attrs[A.INVALID_PREFIX + key] = _text(raw)[:_INVALID_TEXT_LIMIT]
+
+
+_INVALID_TEXT_LIMIT = 256
 
 
 def _put_extra(attrs: Attributes, extra: dict[str, Any]) -> None:
@@ -529,6 +584,8 @@ def _raw_text(payload: object, data: dict[str, Any]) -> str:
 
 
 def safe_text(value: object) -> str:
+    """``value`` if it is a ``str``, else its ``repr()``; never raises (a failing or non-str
+    ``repr()`` gives ``<unrepresentable …>`` / ``<TypeName>``)."""
     try:
         text = value if isinstance(value, str) else repr(value)
     except Exception as e:
@@ -545,7 +602,8 @@ def _text(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, Enum):
-        return str(value.value)
+        inner = value.value  # an enum of any value: never its str(), which may raise
+        return inner if isinstance(inner, str) else safe_text(inner)
     return safe_text(value)
 
 
@@ -560,26 +618,36 @@ def _is_number(value: object) -> TypeGuard[int | float]:
 
 
 def _opt_int(value: object) -> int | None:
-    """An int that fits OTLP's int64, else ``None`` (bools, floats with fractions, text...)."""
+    """An int that fits OTLP's int64, else ``None``: ints, integral floats and ASCII decimal
+    text (sign and surrounding whitespace allowed); never bools, NaN, "²", "--5", "1e3"."""
     if isinstance(value, bool):
         return None
     if isinstance(value, float):
         value = int(value) if value.is_integer() else None  # NaN and inf are not integers
     elif isinstance(value, str):
-        # ASCII decimal only: str.isdigit() also accepts "²" and "٣", which int() refuses
-        value = int(value) if _DECIMAL.fullmatch(value.strip()) else None
+        # ASCII decimal only: str.isdigit() also accepts "²" (int() refuses it) and "٣"
+        m = _DECIMAL.fullmatch(value.strip())
+        value = int(m.group()) if m else None
     if isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX:
-        return value
+        return int(value)  # an IntEnum member is a plain int here
     return None
 
 
 def _duration(value: object) -> float | None:
-    """A duration in ms that can back-date a span: finite, 0 to 100 days."""
+    """A duration in ms that can back-date a span: finite, 0 to 100 days (``None`` else)."""
     if _is_number(value) and 0 <= value <= _MAX_DURATION_MS:  # NaN fails the comparison
         return float(value)
     return None
 
 
+# Metadata keys parse_event reads as numbers (``worker_pid``: in the nested metadata JSON).
+_TYPED_METADATA: dict[str, Callable[[object], int | float | None]] = {
+    "global_rank": _opt_int,
+    "group_rank": _opt_int,
+    "agent_restarts": _opt_int,
+    "worker_pid": _opt_int,
+    "duration_ms": _duration,
+}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _DECIMAL = re.compile(r"[-+]?[0-9]{1,19}")
 _MAX_TIMESTAMP_MS = 9_000_000_000_000  # year 2255: beyond it, ms*1e6 overflows OTLP's uint64 ns

@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import Enum, IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -294,7 +295,9 @@ CHECKS: dict[str, Callable[[dict, tuple[int, int]], bool]] = {
     "event--timestamp-yesterday.json": is_fallback_time,
     "event--timestamp-negative.json": is_fallback_time,
     "event--timestamp-nan.json": is_fallback_time,
-    "event--timestamp-bool.json": is_fallback_time,
+    "event--timestamp-bool.json": lambda r, w: (
+        is_fallback_time(r, w) and attr(r, A.INVALID_PREFIX + "timestamp") == "True"
+    ),
     "event--timestamp-list.json": is_fallback_time,
     "any--timestamp-huge.json": is_fallback_time,
     "any--timestamp-in-nanoseconds.json": is_fallback_time,
@@ -315,7 +318,9 @@ CHECKS: dict[str, Callable[[dict, tuple[int, int]], bool]] = {
         attr(r, "torchelastic.metadata") == "[1, 2]"
     ),
     "event--nested-metadata-non-dict-values.json": lambda r, w: (
-        attr(r, A.WORKER_PID) == "x" and attr(r, A.EXIT_CODE) is None
+        attr(r, A.WORKER_PID) is None
+        and attr(r, A.INVALID_PREFIX + "worker_pid") == "x"
+        and attr(r, A.EXIT_CODE) is None
     ),
     "event--older-torch-name-and-source-only.json": lambda r, w: (
         r["body"] == "torchelastic.worker.status.SUCCEEDED" and r["severity_text"] == "INFO"
@@ -327,12 +332,28 @@ CHECKS: dict[str, Callable[[dict, tuple[int, int]], bool]] = {
         and attr(r, "torchelastic.labels") == '{"team": "ml"}'
     ),
     "event--worker-status-wrong-types.json": lambda r, w: (
-        attr(r, A.RANK) is None and attr(r, A.EXCEPTION_MESSAGE) == "123"
+        attr(r, A.RANK) is None
+        and attr(r, A.EXCEPTION_MESSAGE) == "123"
+        and attr(r, A.INVALID_PREFIX + "global_rank") == "three"
+        and attr(r, A.INVALID_PREFIX + "group_rank") == "[]"
+        and attr(r, A.INVALID_PREFIX + "agent_restarts") == "many"
+        and attr(r, A.INVALID_PREFIX + "duration_ms") == "slow"
+        and attr(r, A.GLOBAL_RANK) is None
+        and attr(r, A.DURATION_MS) is None
+        and attr(r, "torchelastic.total_run_time") == "long"  # not read: kept as it came
+    ),
+    "event--worker-start-huge-ranks.json": lambda r, w: (
+        attr(r, A.GLOBAL_RANK) is None
+        and attr(r, A.INVALID_PREFIX + "global_rank") == "1e+30"
+        and attr(r, A.INVALID_PREFIX + "group_rank") == str(10**25)
+        and attr(r, A.INVALID_PREFIX + "agent_restarts") == str(10**30)
     ),
     "event--raw-error-invalid-json.json": lambda r, w: (
         attr(r, A.EXCEPTION_MESSAGE) == "{not json at all"
     ),
-    "event--agent-step-duration-nan.json": lambda r, w: math.isnan(attr(r, A.DURATION_MS)),
+    "event--agent-step-duration-nan.json": lambda r, w: (
+        attr(r, A.DURATION_MS) is None and attr(r, A.INVALID_PREFIX + "duration_ms") == "nan"
+    ),
     "event--unicode-everywhere.json": lambda r, w: (
         r["body"] == "torchelastic.😀.événement.\u202eRTL\u0000nul"
         and attr(r, A.HOST_NAME) == "узел-1"
@@ -344,7 +365,9 @@ CHECKS: dict[str, Callable[[dict, tuple[int, int]], bool]] = {
     "event--invalid-utf8-in-name.bin:bytes": lambda r, w: r["body"] == "bad\ufffd\ufffd",
     "event--invalid-utf8-in-name.bin:surrogateescape-str": lambda r, w: r["body"] == "bad??",
     "rdzv--pid-abc.json": lambda r, w: (
-        attr(r, A.PROCESS_PID) is None and attr(r, A.HOST_NAME) == "node-a"
+        attr(r, A.PROCESS_PID) is None
+        and attr(r, A.INVALID_PREFIX + "pid") == "abc"
+        and attr(r, A.HOST_NAME) == "node-a"
     ),
     "rdzv--pid-float.json": lambda r, w: attr(r, A.PROCESS_PID) is None,
     "rdzv--rank-list.json": lambda r, w: attr(r, A.RANK) is None,
@@ -921,28 +944,66 @@ def test_property_trace_model_sequences(payloads: list, max_tracked: int, error:
 
 
 # --- a bad field loses only itself --------------------------------------------------------------
+# The convention (elastic_otel/parsing.py): a typed field present but unusable is left out of
+# the event and its typed attribute, and its text is kept as torchelastic.invalid.<field>.
 
-# Text that looks numeric to str.isdigit() or to a person, but is no int64.
+# Text that looks numeric to str.isdigit(), to int() or to a person, but is no ASCII decimal.
 odd_numbers = st.one_of(
-    st.sampled_from(["²", "٣", "--5", "+-1", " 7 ", "1e3", "0x10", "1_000", "", " ", "9" * 40]),
-    st.text(alphabet=st.sampled_from("0123456789²³٣+- _.e"), max_size=12),
-    st.floats(allow_nan=True, allow_infinity=True),
-    huge_ints,
+    st.sampled_from(
+        ["²", "٣", "--5", "+-1", " 7 ", "\u20037\t", "1e3", "0x10", "1_000", "", " ", "9" * 40]
+    ),
+    st.text(alphabet=st.sampled_from("0123456789²³٣\u06f7+- _.e"), max_size=12),
+    st.text(st.characters(categories=["Nd", "No", "Nl", "Zs"]), min_size=1, max_size=6),
+    texts,
+    numbers,
     st.booleans(),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=1),
 )
 
 
-def _as_int64(value: Any) -> int | None:
-    """What an int64 field should read as: ints, integral floats, ASCII decimal text."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float):
-        value = int(value) if value.is_integer() else None
-    elif isinstance(value, str):
+def expected_int(value: Any) -> int | None:
+    """What an int64 field should read as (an oracle written apart from parsing._opt_int)."""
+    if type(value) is int:
+        return value if -(2**63) <= value < 2**63 else None
+    if type(value) is float:
+        return expected_int(int(value)) if math.isfinite(value) and value == int(value) else None
+    if type(value) is str:
         text = value.strip()
-        digits = text[1:] if text[:1] in "+-" else text
-        value = int(text) if digits.isascii() and digits.isdigit() and len(digits) < 20 else None
-    return value if isinstance(value, int) and -(2**63) <= value < 2**63 else None
+        digits = text[1:] if text[:1] in ("+", "-") else text
+        if 0 < len(digits) < 20 and all("0" <= c <= "9" for c in digits):
+            return expected_int(int(text))
+    return None
+
+
+def expected_duration(value: Any) -> float | None:
+    ok = type(value) in (int, float) and 0 <= value <= 100 * 24 * 3600 * 1000
+    return float(value) if ok else None
+
+
+def expected_time(value: Any, created_ns: int) -> int:
+    ok = type(value) in (int, float) and 0 < value < 9_000_000_000_000
+    return int(value * 1_000_000) if ok else created_ns
+
+
+def assert_absent_or_flagged(event: ElasticEvent, key: str, value: Any, usable: bool) -> None:
+    """Usable: not flagged. Unusable: flagged with its text, unless it was null (absent)."""
+    flagged = event.attributes.get(A.INVALID_PREFIX + key)
+    if usable or value is None:
+        assert flagged is None, (key, value, flagged)
+    else:
+        assert isinstance(flagged, str) and len(flagged) <= 256, (key, value, flagged)
+        if isinstance(value, str):
+            assert flagged == value[:256]  # the text as it came
+
+
+def through_json_and_as_dict(payload: dict) -> list[object]:
+    """The JSON torch logs and the dict an object parses as (no JSON for lone surrogates)."""
+    text = as_json(payload)
+    out: list[object] = [payload]
+    if text is not None:
+        out.append(text)
+    return out
 
 
 GOOD_JOIN = {
@@ -953,52 +1014,168 @@ GOOD_JOIN = {
     "hostname": "a",
     "pid": 1,
     "node_state": "RUNNING",
-    "master_endpoint": "",
+    "master_endpoint": "10.0.0.1:29400",
     "rank": 1,
     "local_id": 0,
     "error_trace": "",
 }
+RDZV_INT_FIELDS = ("pid", "local_id", "rank")
 
 
 @PROPERTY
-@given(st.sampled_from(["pid", "local_id", "rank"]), odd_numbers)
-def test_property_one_bad_rendezvous_field_loses_only_itself(field: str, value: Any) -> None:
-    event = parse_event(json.dumps(GOOD_JOIN | {field: value}), 1)
-    assert event.kind is EventKind.RENDEZVOUS, event.attributes
-    assert (event.round, event.world_size, event.hostname) == (3, 2, "a")
-    parsed = {"pid": event.pid, "local_id": event.local_id, "rank": event.rank}[field]
-    flagged = event.attributes.get(A.INVALID_PREFIX + field)
-    expected = _as_int64(value)
-    if field == "rank" and expected is None:
-        assert parsed == 1  # a bad rank field: the rank in torch's message
-    else:
-        assert parsed == expected
-    assert (flagged is not None) == (expected is None)  # absent only when flagged
+@given(st.dictionaries(st.sampled_from(RDZV_INT_FIELDS), odd_numbers, min_size=1))
+def test_property_bad_rendezvous_fields_lose_only_themselves(bad: dict[str, Any]) -> None:
+    for payload in through_json_and_as_dict(GOOD_JOIN | bad):
+        event = parse_event(payload, 1)
+        assert event.kind is EventKind.RENDEZVOUS, event.attributes
+        # the good fields, and what torch's message says, are intact
+        assert event.action is not None and event.action.value == "joined"
+        assert (event.round, event.world_size, event.hostname, event.run_id) == (3, 2, "a", "job")
+        assert event.attributes[A.MASTER_ENDPOINT] == "10.0.0.1:29400"
+        assert event.attributes[A.NODE_STATE] == "RUNNING"
+        # a value that went through JSON is compared as it came back
+        got = payload if isinstance(payload, dict) else json.loads(payload)
+        for key in RDZV_INT_FIELDS:
+            value = got[key]
+            expected = expected_int(value)
+            parsed = {"pid": event.pid, "local_id": event.local_id, "rank": event.rank}[key]
+            if key == "rank" and expected is None:
+                assert parsed == 1  # no usable rank field: the rank in torch's message
+            else:
+                assert parsed == expected, (key, value)
+            attr_key = {"pid": A.PROCESS_PID, "local_id": A.LOCAL_ID, "rank": A.RANK}[key]
+            assert event.attributes.get(attr_key) == parsed
+            assert_absent_or_flagged(event, key, value, expected is not None)
+
+
+GOOD_WORKER_METADATA = {
+    "run_id": "job",
+    "global_rank": 1,
+    "group_rank": 0,
+    "worker_id": "5",
+    "role": "default",
+    "hostname": "a",
+    "state": "FAILED",
+    "total_run_time": 3,
+    "rdzv_backend": "c10d",
+    "raw_error": 'Traceback (most recent call last):\n  File "x"\nValueError: bad',
+    "metadata": json.dumps({"exit_code": [1], "worker_pid": [5]}),
+    "agent_restarts": 0,
+    "duration_ms": 12.5,
+}
+AGENT_INT_FIELDS = ("global_rank", "group_rank", "agent_restarts", "worker_pid")
 
 
 @PROPERTY
-@given(st.sampled_from(["group_rank", "global_rank", "agent_restarts"]), odd_numbers)
-def test_property_one_bad_agent_field_loses_only_itself(field: str, value: Any) -> None:
-    metadata = {
-        "run_id": "job",
-        "global_rank": 1,
-        "group_rank": 0,
-        "worker_id": "5",
-        "role": "default",
-        "hostname": "a",
-        "state": "FAILED",
-        "agent_restarts": 0,
-        "raw_error": None,
-        "metadata": json.dumps({"exit_code": [1], "worker_pid": [5]}),
-    }
+@given(
+    st.sampled_from(["AGENT", "WORKER"]),
+    st.dictionaries(
+        st.sampled_from([*AGENT_INT_FIELDS, "duration_ms", "timestamp"]),
+        st.one_of(odd_numbers, st.integers(-(2**66), 2**66), st.none()),
+        min_size=1,
+    ),
+)
+def test_property_bad_agent_fields_lose_only_themselves(source: str, bad: dict[str, Any]) -> None:
+    metadata = dict(GOOD_WORKER_METADATA)
+    nested: dict[str, Any] = {"exit_code": [1], "worker_pid": [5]}
+    for key, value in bad.items():
+        if key == "worker_pid":
+            nested[key] = [value]  # torch wraps per-worker values in a one-element list
+        elif key != "timestamp":
+            metadata[key] = value
+    metadata["metadata"] = json.dumps(nested)
     payload = {
         "name": "torchelastic.worker.status.FAILED",
-        "source": "WORKER",
-        "timestamp": 0,
-        "metadata": metadata | {field: value},
+        "source": source,
+        "timestamp": bad.get("timestamp", 0),
+        "metadata": metadata,
     }
-    event = parse_event(json.dumps(payload), 1)
-    assert event.kind is EventKind.WORKER and event.state == "FAILED"
-    assert event.run_id == "job" and event.role == "default"
-    assert event.attributes[A.EXIT_CODE] == 1
-    assert A.NS + field in event.attributes  # the text stays visible as it came
+    for sent in through_json_and_as_dict(payload):
+        event = parse_event(sent, CREATED_NS)
+        assert event.kind is (EventKind.WORKER if source == "WORKER" else EventKind.AGENT)
+        # the good fields are intact
+        assert (event.state, event.run_id, event.role, event.hostname) == (
+            "FAILED",
+            "job",
+            "default",
+            "a",
+        )
+        assert event.error is not None and event.error.type == "ValueError"
+        a = event.attributes
+        assert (a[A.EXIT_CODE], a[A.WORKER_ID], a[A.RDZV_BACKEND]) == (1, "5", "c10d")
+        got = sent if isinstance(sent, dict) else json.loads(sent)
+        md, inner = got["metadata"], json.loads(got["metadata"]["metadata"])
+        values = {k: md[k] for k in AGENT_INT_FIELDS if k != "worker_pid"}
+        values["worker_pid"] = inner["worker_pid"][0]
+        parsed = {
+            "global_rank": event.global_rank,
+            "group_rank": event.group_rank,
+            "agent_restarts": event.agent_restarts,
+            "worker_pid": event.pid,
+        }
+        for key, value in values.items():
+            expected = expected_int(value)
+            assert parsed[key] == expected, (key, value)
+            assert a.get(A.NS + key) == expected, (key, value)  # typed, or not there at all
+            assert_absent_or_flagged(event, key, value, expected is not None)
+        assert a.get(A.RANK) == event.group_rank
+        duration = expected_duration(md["duration_ms"])
+        assert event.duration_ms == duration == a.get(A.DURATION_MS)
+        assert_absent_or_flagged(event, "duration_ms", md["duration_ms"], duration is not None)
+        ts = got["timestamp"]
+        assert event.time_ns == expected_time(ts, CREATED_NS)
+        usable_ts = event.time_ns != CREATED_NS or (type(ts) in (int, float) and ts == 0)
+        assert_absent_or_flagged(event, "timestamp", ts, usable_ts)
+        emit_and_encode_log(event)  # and what is left reaches the wire, nothing dropped
+
+
+def test_a_number_past_pythons_digit_limit_is_a_bad_field_not_bad_json() -> None:
+    # json.loads refuses ints of more than sys.get_int_max_str_digits() (4300) digits.
+    digits = "7" * 5000
+    text = json.dumps(GOOD_JOIN | {"pid": 0}).replace('"pid": 0', f'"pid": {digits}')
+    event = parse_event(text, 1)
+    assert event.kind is EventKind.RENDEZVOUS and event.pid is None and event.rank == 1
+    assert event.attributes[A.INVALID_PREFIX + "pid"] == digits[:256]
+
+
+def rdzv_object(**changes: Any) -> FakeRdzvEvent:
+    """GOOD_JOIN as an object with torch's RdzvEvent fields, some of them changed."""
+    names = FakeRdzvEvent.__dataclass_fields__
+    return FakeRdzvEvent(**{k: v for k, v in (GOOD_JOIN | changes).items() if k in names})
+
+
+class Color(Enum):
+    RED = Unprintable()
+
+
+class Level(IntEnum):
+    HIGH = 7
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "parsed", "flagged"),
+    [
+        ("pid", b"12", None, "b'12'"),
+        ("pid", bytearray(b"1"), None, "bytearray(b'1')"),
+        ("pid", Level.HIGH, 7, None),
+        ("local_id", Color.RED, None, "<unrepresentable Unprintable: RuntimeError>"),
+        ("pid", Unprintable(), None, "<unrepresentable Unprintable: RuntimeError>"),
+        ("pid", -0.0, 0, None),
+        ("pid", float("-inf"), None, "-inf"),
+    ],
+)
+def test_python_values_in_an_event_object_lose_only_their_field(
+    field: str, value: Any, parsed: int | None, flagged: str | None
+) -> None:
+    """``get_logging_handler(...).info(event)`` hands over objects: their fields can be
+    anything Python has."""
+    event = parse_event(rdzv_object(**{field: value}), 1)
+    assert event.kind is EventKind.RENDEZVOUS and event.hostname == "a"
+    assert getattr(event, field) == parsed and type(getattr(event, field)) is type(parsed)
+    assert event.attributes.get(A.INVALID_PREFIX + field) == flagged
+
+
+def test_an_enum_whose_value_cannot_be_printed_is_text() -> None:
+    event = parse_event(rdzv_object(run_id=Color.RED), 1)
+    assert event.kind is EventKind.RENDEZVOUS and event.pid == 1
+    assert event.run_id == "<unrepresentable Unprintable: RuntimeError>"
