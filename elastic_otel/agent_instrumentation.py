@@ -20,8 +20,9 @@ agent classes on activation, and :func:`uninstrument` puts them back:
   span that stall reports and exit handling can see.
 
 The events go to the bridge handler only, and only from an agent whose own events go there
-(``--event-log-handler otel``): torch's other destinations see what they always saw. Every wrapper calls torch's method first and reports after, inside ``try``: a failure
-here is one debug line, never the agent's. Where torch's internals differ (a method or
+(``--event-log-handler otel``): torch's other destinations see what they always saw. Every
+wrapper calls torch's method first and reports after, inside ``try``: a failure here is one
+debug line, never the agent's. Where torch's internals differ (a method or
 ``_construct_event`` missing or shaped differently), nothing is wrapped, with one debug line,
 and the bridge falls back to torch's own events.
 """

@@ -152,12 +152,7 @@ class AgentModel:
                 context = {k: v for k, v in span.attributes.items() if k in _WAIT_CONTEXT}
                 node = self.rendezvous.latest_node(agent.run_id) if self.rendezvous else None
                 if node is not None:
-                    if node.round is not None:
-                        context[A.ROUND] = node.round
-                    if node.world_size is not None:
-                        context[A.WORLD_SIZE] = node.world_size
-                    if node.last_message:
-                        context[A.MESSAGE] = node.last_message
+                    context.update(node.known())
                 yield Wait(_WAIT_KIND[state], span, context)
 
     def open_step(self, run_id: str, state: str) -> SpanRecord | None:

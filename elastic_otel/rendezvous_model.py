@@ -112,6 +112,19 @@ class Node:
             attrs[A.RDZV_BACKEND] = self.backend
         return attrs
 
+    def known(self) -> SpanAttributes:
+        """What the node last knew of its round (for stall reports)."""
+        known: SpanAttributes = {}
+        if self.round is not None:
+            known[A.ROUND] = self.round
+        if self.rank is not None:
+            known[A.RANK] = self.rank
+        if self.world_size is not None:
+            known[A.WORLD_SIZE] = self.world_size
+        if self.last_message:
+            known[A.MESSAGE] = self.last_message
+        return known
+
     def next_round_guess(self) -> int:
         """The round a join is headed for when torch has not named it yet."""
         if self.hint is not None:
@@ -176,14 +189,8 @@ class RendezvousModel:
             join = node.join
             if join is None:
                 continue
-            context = node.base_attributes()
-            context[A.ROUND] = node.next_round_guess()
-            if node.rank is not None:
-                context[A.RANK] = node.rank
-            if node.world_size is not None:
-                context[A.WORLD_SIZE] = node.world_size
-            if node.last_message:
-                context[A.MESSAGE] = node.last_message
+            context = {**node.base_attributes(), **node.known()}
+            context[A.ROUND] = node.next_round_guess()  # the round it waits to join
             yield Wait("rendezvous.join", join, context)
 
     # --- events -----------------------------------------------------------------------------
