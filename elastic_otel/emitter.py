@@ -160,7 +160,10 @@ class Emitter:
             Event(e.name, clean_attributes(e.attributes, limit), e.time_ns) for e in record.events
         ]
         links = [
-            Link(SpanContext(lk.trace_id, lk.span_id, False, _SAMPLED), lk.attributes)
+            Link(
+                SpanContext(lk.trace_id, lk.span_id, False, _SAMPLED),
+                clean_attributes(lk.attributes, limit),
+            )
             for lk in record.links
         ]
         status_code = _STATUS.get(record.status, StatusCode.UNSET)

@@ -75,6 +75,8 @@ class EventWorker:
         self._busy = False
         self._inline = threading.Lock()  # processing when no worker thread runs
         self._calls: deque[_Call] = deque()
+        self._appended = 0  # events put on the queue (approximate: torch's threads race it)
+        self._taken = 0  # events taken off it, by the owner thread only
         self._closed = threading.Event()
         self._stopped = False
         self._warned_drop = False
@@ -108,6 +110,10 @@ class EventWorker:
                 )
             return
         queue.append((payload, created))
+        self._appended += 1
+        if self._closed.is_set():  # closed between the check above and the append
+            self._drop_queued()
+            return
         if len(queue) >= _WAKE_BACKLOG and not self._wake.is_set():
             self._wake.set()
 
@@ -145,7 +151,7 @@ class EventWorker:
         ``False`` on timeout: ``fn`` may still run later; the caller must not touch the
         sink's state meanwhile. Never raises what ``fn`` raises (it is counted).
         """
-        call = _Call(fn)
+        call = _Call(fn, self._appended)
         if not self.thread_alive:
             with self._inline, bridge_section():
                 self._process_queue()
@@ -217,16 +223,18 @@ class EventWorker:
                     self._idle.notify_all()
 
     def _process_queue(self) -> None:
-        queue = self._queue
-        closed = self._closed
+        queue, calls, closed = self._queue, self._calls, self._closed
         while queue:
             if closed.is_set():  # put() raced the close, or the exit ran out of time
                 self._drop_queued()
                 return
+            if calls and self._taken >= calls[0].after:
+                return  # what was queued before the call is done: the call goes first
             try:
                 payload, created = queue.popleft()
             except IndexError:
                 return
+            self._taken += 1
             try:
                 self.sink.process(payload, created)
             except Exception:
@@ -239,10 +247,11 @@ class EventWorker:
 class _Call:
     """A function to run on the owner thread, and the event its caller waits on."""
 
-    __slots__ = ("done", "fn")
+    __slots__ = ("after", "done", "fn")
 
-    def __init__(self, fn: Callable[[], None]) -> None:
+    def __init__(self, fn: Callable[[], None], after: int) -> None:
         self.fn = fn
+        self.after = after  # run once this many events were taken off the queue
         self.done = threading.Event()
 
     def run(self, counters: EventCounters) -> None:

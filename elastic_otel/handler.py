@@ -101,6 +101,10 @@ class OtelHandler(logging.Handler):
         if inside_bridge():
             return  # a log record caused by our own emission: never re-enter
         try:
+            if self._closed and not self._started:
+                self.counters.received += 1
+                self.counters.dropped_after_shutdown += 1  # shut down before it ever started
+                return
             if not self._started:
                 self.start()
             self.counters.received += 1

@@ -393,7 +393,7 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     raw_nested = md.get("metadata")
     if isinstance(raw_nested, str) and raw_nested.startswith("{"):
         try:
-            parsed = json.loads(raw_nested)
+            parsed = json.loads(raw_nested, parse_int=_json_int)
             if isinstance(parsed, dict):
                 nested = parsed
         except (ValueError, RecursionError):
@@ -489,7 +489,7 @@ def _error_from_raw(raw: object, attrs: Attributes) -> ErrorInfo | None:
     text = raw.strip()
     if text.startswith("{"):
         try:
-            data = json.loads(text)
+            data = json.loads(text, parse_int=_json_int)
         except (ValueError, RecursionError):
             data = None
         if isinstance(data, dict):

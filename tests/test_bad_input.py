@@ -997,10 +997,10 @@ def assert_absent_or_flagged(event: ElasticEvent, key: str, value: Any, usable: 
             assert flagged == value[:256]  # the text as it came
 
 
-def through_json_and_as_dict(payload: dict) -> list[object]:
+def through_json_and_as_dict(payload: dict) -> list[dict | str]:
     """The JSON torch logs and the dict an object parses as (no JSON for lone surrogates)."""
     text = as_json(payload)
-    out: list[object] = [payload]
+    out: list[dict | str] = [payload]
     if text is not None:
         out.append(text)
     return out
@@ -1136,6 +1136,13 @@ def test_a_number_past_pythons_digit_limit_is_a_bad_field_not_bad_json() -> None
     event = parse_event(text, 1)
     assert event.kind is EventKind.RENDEZVOUS and event.pid is None and event.rank == 1
     assert event.attributes[A.INVALID_PREFIX + "pid"] == digits[:256]
+    # in the agent's nested metadata JSON too: the other per-worker values are kept
+    nested = f'{{"worker_pid": [{digits}], "exit_code": [1]}}'
+    payload = {"name": "torchelastic.worker.status.FAILED", "source": "WORKER"}
+    worker = parse_event(json.dumps(payload | {"metadata": {"metadata": nested}}), 1)
+    assert worker.kind is EventKind.WORKER and worker.pid is None
+    assert worker.attributes[A.EXIT_CODE] == 1
+    assert worker.attributes[A.INVALID_PREFIX + "worker_pid"] == digits[:256]
 
 
 def rdzv_object(**changes: Any) -> FakeRdzvEvent:

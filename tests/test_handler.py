@@ -269,12 +269,30 @@ def test_past_the_queue_bound_events_are_dropped_counted_and_warned_once(
 # --- exit ----------------------------------------------------------------------------------------
 
 
+def test_shutdown_processes_what_is_queued_then_ends_the_open_spans(
+    memory: Memory, handlers: Callable[[Memory], OtelHandler]
+) -> None:
+    handler = handlers(memory)
+    for payload in EVENTS[:JOINED]:
+        handler.info(payload)
+    handler.shutdown()  # at once: the events are (most likely) still queued
+    stats = handler.all_stats()
+    assert stats["processed"] == JOINED and stats["dropped_after_shutdown"] == 0
+    assert memory.log_count() == JOINED
+    ended = {s.name: s for s in memory.spans.get_finished_spans()}
+    assert ended["rendezvous.member"].attributes is not None
+    assert ended["rendezvous.member"].attributes[A.END_REASON] == "process exit"
+    assert memory.logs.shutdowns == 1 and memory.spans.shutdowns == 1
+
+
 def test_events_racing_the_exit_are_processed_or_counted_never_raced(
     memory: Memory, handlers: Callable[[Memory], OtelHandler], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """torch's keep-alive thread records during exit: the model has one owner, whatever comes."""
-    monkeypatch.setenv(env.ELASTIC_OTEL_QUEUE_SIZE, "256")  # the close never runs out of time
-    monkeypatch.setenv(env.ELASTIC_OTEL_EXIT_TIMEOUT, "20")
+    """torch's keep-alive thread records during exit: the model has one owner, whatever comes.
+
+    The threads record at a pace the worker keeps up with (torch records a few events a second;
+    a flood that outpaces the worker is the next test's subject)."""
+    monkeypatch.setenv(env.ELASTIC_OTEL_EXIT_TIMEOUT, "10")  # a slow machine is not a failure
     handler = handlers(memory)
     for payload in EVENTS[:JOINED]:  # a node joins and is a member: open spans
         handler.info(payload)
@@ -286,6 +304,7 @@ def test_events_racing_the_exit_are_processed_or_counted_never_raced(
         try:
             while not stop.is_set():
                 handler.info(EVENTS[KEEP_ALIVE])
+                time.sleep(0.0005)
         except BaseException as e:  # pragma: no cover - the assertion below reports it
             errors.append(e)
 
@@ -322,12 +341,55 @@ def test_events_racing_the_exit_are_processed_or_counted_never_raced(
     assert (after["processed"], after["dropped_after_shutdown"]) == (processed, late + 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="EventWorker.put checks `closed`, then appends: an event whose append lands after "
-    "the worker's last pass over the queue stays queued forever, neither processed nor "
-    "counted in dropped_after_shutdown (received > processed + dropped_*)",
-)
+def test_a_steady_stream_of_events_does_not_hold_up_the_close(
+    memory: Memory, handlers: Callable[[Memory], OtelHandler], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(env.ELASTIC_OTEL_EXIT_TIMEOUT, "2")
+    handler = handlers(memory)
+    for payload in EVENTS[:JOINED]:
+        handler.info(payload)
+    assert handler.flush(10)
+    worker = handler._worker
+    assert worker is not None
+    memory.logs.gate.clear()
+    memory.logs.entered.clear()
+    handler.info(EVENTS[KEEP_ALIVE])  # 1: the worker takes it and is held in its export
+    assert memory.logs.entered.wait(10)
+    handler.info(EVENTS[KEEP_ALIVE])  # 2: queued behind it
+    exiting = threading.Thread(target=handler.shutdown)
+    exiting.start()
+    wait_until(lambda: len(worker._calls) == 1, what="the close request")
+    # from now on one more event is recorded for each the worker exports: never an empty queue
+    refill, acked, done = threading.Event(), threading.Event(), threading.Event()
+
+    def feeder() -> None:
+        while refill.wait(10) and not done.is_set():
+            refill.clear()
+            handler.info(EVENTS[KEEP_ALIVE])
+            acked.set()
+
+    def on_export() -> None:  # on the worker thread
+        acked.clear()
+        refill.set()
+        acked.wait(10)
+
+    feeding = threading.Thread(target=feeder)
+    feeding.start()
+    memory.logs.on_export = on_export
+    memory.logs.gate.set()
+    try:
+        exiting.join(30)
+        processed = handler.all_stats()["processed"]
+    finally:
+        done.set()
+        refill.set()
+        feeding.join(10)
+    assert processed <= JOINED + 2  # what was queued when the close was asked for, no more
+    ended = {s.name: s for s in memory.spans.get_finished_spans()}
+    assert ended["rendezvous.member"].attributes is not None
+    assert ended["rendezvous.member"].attributes[A.END_REASON] == "process exit"
+
+
 def test_an_event_whose_put_straddles_the_close_is_still_counted(
     memory: Memory, handlers: Callable[[Memory], OtelHandler]
 ) -> None:
@@ -368,12 +430,6 @@ def test_an_event_whose_put_straddles_the_close_is_still_counted(
     assert stats_balance(handler.all_stats()) == 0, handler.all_stats()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="OtelHandler.shutdown() before the first event leaves _started False: the next "
-    "event starts a new worker and pipeline after shutdown and is processed (and its pipeline "
-    "is never flushed) instead of being counted in dropped_after_shutdown",
-)
 def test_events_after_a_shutdown_before_any_event_are_never_processed(
     memory: Memory, handlers: Callable[[Memory], OtelHandler]
 ) -> None:
