@@ -54,11 +54,30 @@ _lock = threading.Lock()
 _originals: list[tuple[type, str, Any]] = []
 
 
-def instrument() -> bool:
-    """Wrap torch's agent methods (idempotent); ``False`` when torch's internals differ."""
+TESTED_TORCH = ((2, 13), (2, 13))
+"""The oldest and newest torch (major, minor) the agent instrumentation is tested with (CI)."""
+
+
+def instrument(force: bool = False) -> bool:
+    """Wrap torch's agent methods (idempotent); ``False`` when not done.
+
+    Only on the torch versions in :data:`TESTED_TORCH`, unless ``force``
+    (``ELASTIC_OTEL_AGENT_INSTRUMENTATION=true``); even then, never when torch's internals
+    differ from what the wrappers expect.
+    """
     with _lock:
         if _originals:
             return True
+        version = _torch_version()
+        if not force and not TESTED_TORCH[0] <= version <= TESTED_TORCH[1]:
+            _logger.debug(
+                "elastic-otel: agent not instrumented: torch %s.%s is not a version it was "
+                "tested with (%s.%s to %s.%s); ELASTIC_OTEL_AGENT_INSTRUMENTATION=true uses it",
+                *version,
+                *TESTED_TORCH[0],
+                *TESTED_TORCH[1],
+            )
+            return False
         try:
             from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
             from torch.distributed.elastic.agent.server.local_elastic_agent import (
@@ -83,6 +102,16 @@ def instrument() -> bool:
             setattr(cls, name, wrapped)
             _originals.append((cls, name, original))
         return True
+
+
+def _torch_version() -> tuple[int, int]:
+    try:
+        import torch
+
+        major, minor = str(torch.__version__).split(".")[:2]
+        return int(major), int(minor)
+    except (ImportError, ValueError):
+        return (0, 0)
 
 
 def uninstrument() -> None:

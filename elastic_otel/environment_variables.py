@@ -55,7 +55,9 @@ is a log record. Read by the live bridge and by ``elastic-otel replay``."""
 
 ELASTIC_OTEL_AGENT_INSTRUMENTATION = "ELASTIC_OTEL_AGENT_INSTRUMENTATION"
 """``false``: leave torch's elastic agent unwrapped; worker outcomes then come from torch's own
-events only (default ``true``, see :mod:`elastic_otel.agent_instrumentation`)."""
+events only. Unset: wrapped on the torch versions it is tested with (``TESTED_TORCH`` in
+:mod:`elastic_otel.agent_instrumentation`). ``true``: on any torch version whose agent has
+the expected shape."""
 
 ELASTIC_OTEL_OPEN_SPAN_INTERVAL = "ELASTIC_OTEL_OPEN_SPAN_INTERVAL"
 """Seconds between snapshots of spans still open (``partial.event`` = ``heartbeat`` log

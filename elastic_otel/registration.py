@@ -45,8 +45,9 @@ def register(route_rendezvous: bool | None = None, start: bool = True) -> OtelHa
         if start:
             handler.start()
             metrics.install()
-            if env.env_flag(env.ELASTIC_OTEL_AGENT_INSTRUMENTATION, True):
-                agent_instrumentation.instrument()
+            wanted = env.env_switch(env.ELASTIC_OTEL_AGENT_INSTRUMENTATION)
+            if wanted is not False:  # unset: on the tested torch versions; true: on any
+                agent_instrumentation.instrument(force=wanted is True)
         return handler
 
 

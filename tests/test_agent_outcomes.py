@@ -149,3 +149,22 @@ def test_other_torch_internals_fall_back_with_one_debug_line(
 )
 def test_root_failure(failures: dict[int, tuple[int, float]], root: int | None) -> None:
     assert agent_instrumentation.root_failure(failures) == root
+
+
+def test_untested_torch_versions_are_left_alone_unless_asked(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import torch
+
+    agent_instrumentation.uninstrument()
+    originals = _agent_methods()
+    monkeypatch.setattr(torch, "__version__", "2.12.0")
+    with caplog.at_level(logging.DEBUG, logger="elastic_otel"):
+        assert not agent_instrumentation.instrument()
+    assert _agent_methods() == originals
+    assert "torch 2.12 is not a version it was tested with" in caplog.text
+    try:
+        assert agent_instrumentation.instrument(force=True)  # ELASTIC_OTEL_AGENT_INSTRUMENTATION
+        assert _agent_methods() != originals
+    finally:
+        agent_instrumentation.uninstrument()
