@@ -35,11 +35,13 @@ def test_failed_worker_before_restart(grpc_receiver: OtlpReceiver, tmp_path: Pat
     assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
     grpc_receiver.wait_for_spans(8, timeout=20, where=lambda s: s["name"] == A.SPAN_WORKER)
     workers = [s for s in grpc_receiver.spans() if s["name"] == A.SPAN_WORKER]
-    # one span per rank and attempt: torch's later events did not make second ones
-    per_attempt = Counter((span_attr(w, A.GLOBAL_RANK), _attempt(w)) for w in workers)
-    assert all(n == 1 for n in per_attempt.values()), per_attempt
-
-    first = {span_attr(w, A.GLOBAL_RANK): w for w in workers if _attempt(w) == 0}
+    # one span per rank and round: torch's later events did not make second ones
+    per_round = Counter((span_attr(w, A.GLOBAL_RANK), w["trace_id"]) for w in workers)
+    assert all(n == 1 for n in per_round.values()), per_round
+    failed_round = next(
+        w["trace_id"] for w in workers if span_attr(w, A.GLOBAL_RANK) == 1 and _attempt(w) == 0
+    )
+    first = {span_attr(w, A.GLOBAL_RANK): w for w in workers if w["trace_id"] == failed_round}
     assert sorted(first) == [0, 1, 2, 3]
     failed = first[1]
     assert span_attr(failed, A.STATE) == "FAILED"
@@ -58,7 +60,8 @@ def test_failed_worker_before_restart(grpc_receiver: OtlpReceiver, tmp_path: Pat
     assert [lk["span_id"] for lk in stopped["links"]] == [failed["span_id"]]
     assert failed["end_ns"] <= stopped["end_ns"]
     # the other node's workers failed on their own (the peers they waited for were gone) or
-    # were stopped: either way with what their agent saw, never as torch's REPLACED guess
+    # were stopped for the new round (its agent restarts for a membership change, without
+    # using a restart): either way with what their agent saw, never torch's REPLACED guess
     for rank in (2, 3):
         assert span_attr(first[rank], A.STATE) in ("FAILED", "STOPPED")
         assert span_attr(first[rank], A.OBSERVED_BY) == "monitor_workers"
