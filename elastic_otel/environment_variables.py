@@ -100,9 +100,9 @@ bridge counters as metrics either (default ``true``). Where they go is ``OTEL_ME
 
 ELASTIC_OTEL_OTLP_JSON_FILE = "ELASTIC_OTEL_OTLP_JSON_FILE"
 """Output file of the ``elastic_otel_file`` exporters (``OTEL_TRACES_EXPORTER`` /
-``OTEL_LOGS_EXPORTER`` / ``OTEL_METRICS_EXPORTER``): one OTLP/JSON export request per line,
-appended, the format of the OpenTelemetry Collector's ``file`` exporter. Several processes
-may share one file."""
+``OTEL_LOGS_EXPORTER`` / ``OTEL_METRICS_EXPORTER``), required by them: one OTLP/JSON export
+request per line, appended, as OpenTelemetry's ``otlp_json_file`` and the Collector's ``file``
+exporters write. Several processes may share one file."""
 
 
 def env_int(name: str, default: int) -> int:

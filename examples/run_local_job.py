@@ -5,6 +5,7 @@ started like this (the run id and the port are made up per run)::
 
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 \\
     OTEL_TRACES_EXPORTER=elastic_otel_file OTEL_LOGS_EXPORTER=elastic_otel_file \\
+    OTEL_METRICS_EXPORTER=elastic_otel_file \\
     ELASTIC_OTEL_OTLP_JSON_FILE=$PWD/elastic-otel-demo.jsonl \\
     TRAIN_FAIL_RANK=1 TRAIN_FAIL_ONCE_DIR=/tmp/demo \\
     torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d \\

@@ -3,9 +3,9 @@
 Two torchrun agents (``--nnodes=2``, c10d rendezvous on a free localhost port,
 ``--max-restarts=1``, ``--event-log-handler otel``) run a tiny gloo training script whose
 rank 1 fails once, so the job goes through a failure, a restart and a second round that
-succeeds. The agents write their spans and logs to a local OTLP JSON file (and also to the
-OTLP endpoint when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set); the demo follows that file to show
-progress, and prints the job's timeline at the end.
+succeeds. The agents write their spans, logs and metrics to a local OTLP JSON file (and also
+to the OTLP endpoint when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set); the demo follows that file
+to show progress, and prints the job's timeline at the end.
 
 Every process the job starts is stopped when the demo ends, also on Ctrl-C or a timeout:
 the agents run in their own process groups, and their descendants (torch starts each
@@ -131,8 +131,9 @@ def agent_environment(cfg: DemoConfig, run_id: str, workdir: Path) -> dict[str, 
         }
     )
     environ.setdefault("OTEL_SERVICE_NAME", "elastic-otel-demo")
-    # The bridge's metrics have no file exporter: over OTLP only, when there is an endpoint.
-    environ.setdefault("OTEL_METRICS_EXPORTER", exporters)  # the same file (and collector)
+    # torchelastic's and the bridge's metrics into the same file (and collector), unless the
+    # user chose otherwise; the timeline reads past the metric lines.
+    environ.setdefault("OTEL_METRICS_EXPORTER", exporters)
     # Export often, so that the demo's progress follows the job closely.
     environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", "200")
     environ.setdefault("OTEL_BLRP_SCHEDULE_DELAY", "200")
