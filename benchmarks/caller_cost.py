@@ -73,7 +73,7 @@ def _setup(variant: str) -> tuple[logging.Logger, Any, Any]:
     raise ValueError(f"unknown variant {variant!r}")
 
 
-def _wait_bridge_idle(stats: Any, timeout: float) -> None:
+def wait_bridge_idle(stats: Any, timeout: float) -> None:
     """Until the bridge's worker has processed (or dropped) everything it received."""
     common.wait_until(
         lambda: (
@@ -137,7 +137,7 @@ def _variant(variant: str, config: dict[str, Any], objects: list, payloads: list
     down = variant.endswith("-down")
     _send(logger, payloads[:warmup], pace_s)
     if variant.startswith("bridge"):
-        _wait_bridge_idle(stats, 60.0)
+        wait_bridge_idle(stats, 60.0)
     if not down:
         flush()
     settle()
@@ -147,7 +147,7 @@ def _variant(variant: str, config: dict[str, Any], objects: list, payloads: list
     t_sent = time.perf_counter()
     gc_during = common.gc_collections() - gc0
     if variant.startswith("bridge"):
-        _wait_bridge_idle(stats, 120.0)
+        wait_bridge_idle(stats, 120.0)
     t_drained = time.perf_counter()
     flushed = True if down else bool(flush())
     t_flushed = time.perf_counter()
@@ -193,7 +193,7 @@ def run(
     warmup = warmup or (200 if quick else 1_000)
     paces = paces or ([200] if quick else [2000, 0])
     queue = str(4 * (n + warmup))
-    closed = f"http://127.0.0.1:{_closed_port()}"
+    closed = f"http://127.0.0.1:{closed_port()}"
     out: dict[str, Any] = {"events": n, "warmup": warmup, "paces_us": paces, "runs": []}
     base_env = {
         "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
@@ -265,7 +265,7 @@ def _pool(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return pooled
 
 
-def _closed_port() -> int:
+def closed_port() -> int:
     """A local port nothing listens on (bound and released)."""
     import socket
 

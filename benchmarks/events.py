@@ -75,7 +75,7 @@ def captured_objects(name: str, run_id: str = _CAPTURED_RUN_ID, pid_offset: int 
 # --- synthetic lifecycles -------------------------------------------------------------------
 
 
-class _Node:
+class Node:
     """Builds a node's events the way torch's agent and dynamic_rendezvous do."""
 
     def __init__(
@@ -231,7 +231,7 @@ def node_lifecycle(
     close: bool = True,
 ) -> list:
     """One agent's events for one rendezvous round: join → workers → keep-alives → end."""
-    node = _Node(run_id, hostname, pid, group_rank=0)
+    node = Node(run_id, hostname, pid, group_rank=0)
     out = node.join(0, 0, world)
     out.append(node.agent("RENDEZVOUS", duration_ms=1033.1))
     out.append(node.agent("ASSIGN_WORKER_RANKS", duration_ms=6.6))
@@ -339,4 +339,4 @@ def bulk_payloads(
 
 def keep_alive_triple_sizes() -> list[int]:
     """Serialized sizes (bytes) of the three events of one keep-alive."""
-    return [len(t.encode()) for t in serialize(_Node("job-4096", "node-0001", 4242).keep_alive())]
+    return [len(t.encode()) for t in serialize(Node("job-4096", "node-0001", 4242).keep_alive())]

@@ -102,14 +102,14 @@ def _one(script: Path, variant: str, n: int, env: dict[str, str], timeout: float
 
 def run(quick: bool) -> dict[str, Any]:
     """Every variant ``reps`` times, interleaved; exit delay statistics per variant."""
-    from benchmarks.caller_cost import _closed_port
+    from benchmarks.caller_cost import closed_port
     from benchmarks.receiver import ReceiverProcess
 
     n = 100 if quick else 500
     reps = 1 if quick else 3
     # Quick mode: collector-down variants only, run concurrently (CI smoke, not a measurement).
     variants = [vc for vc in VARIANTS if vc[1] == "down"] if quick else list(VARIANTS)
-    closed = f"http://127.0.0.1:{_closed_port()}"
+    closed = f"http://127.0.0.1:{closed_port()}"
     results: dict[str, list[dict]] = {f"{v}-{c}": [] for v, c in variants}
     with tempfile.TemporaryDirectory(prefix="eo-exit-") as tmp, ReceiverProcess() as rx:
         script = Path(tmp) / "record_and_exit.py"

@@ -33,7 +33,7 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
 
     import elastic_otel
     from benchmarks import events as ev
-    from benchmarks.caller_cost import _wait_bridge_idle
+    from benchmarks.caller_cost import wait_bridge_idle
 
     total, runs = config["events"], config["runs"]
     every, chunk = config["sample_every"], config["chunk"]
@@ -48,7 +48,7 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
     for sent, payload in enumerate(payloads, 1):
         info(payload)
         if sent % chunk == 0 or sent == total:
-            _wait_bridge_idle(elastic_otel.stats, 120.0)
+            wait_bridge_idle(elastic_otel.stats, 120.0)
         if sent % every == 0 or sent == total:
             stats = elastic_otel.stats()
             samples.append(

@@ -47,16 +47,16 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
 
     import elastic_otel
     from benchmarks import events as ev
-    from benchmarks.caller_cost import _wait_bridge_idle
+    from benchmarks.caller_cost import wait_bridge_idle
 
     node_events = ev.node_lifecycle("scale-job", keepalives=0, close=False)
-    node = ev._Node("scale-job", "node-0001", 4242)
+    node = ev.Node("scale-job", "node-0001", 4242)
     triple = ev.serialize(node.keep_alive())
     elastic_otel.register()
     info = events._get_or_create_logger("otel").info
     for p in ev.serialize(node_events):
         info(p)
-    _wait_bridge_idle(elastic_otel.stats, 30.0)
+    wait_bridge_idle(elastic_otel.stats, 30.0)
     elastic_otel.flush(30.0)
     common.pause()  # the parent snapshots the receiver: what follows is the keep-alives'
     common.settle()
@@ -65,7 +65,7 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
         for p in triple:
             info(p)
         time.sleep(config["pace_s"])
-    _wait_bridge_idle(elastic_otel.stats, 60.0)
+    wait_bridge_idle(elastic_otel.stats, 60.0)
     elastic_otel.flush(60.0)
     cpu = time.process_time() - cpu0
     ka_events = 3 * config["keepalives"]
@@ -88,18 +88,18 @@ def measure_waiting(config: dict[str, Any]) -> dict[str, Any]:
 
     import elastic_otel
     from benchmarks import events as ev
-    from benchmarks.caller_cost import _wait_bridge_idle
+    from benchmarks.caller_cost import wait_bridge_idle
 
-    node = ev._Node("scale-job", "node-0001", 4242)
+    node = ev.Node("scale-job", "node-0001", 4242)
     setup = [*node.join(0, 0, 2), node.agent("RENDEZVOUS", duration_ms=1000.0)]
     setup += [node.agent("START", "WORKER", g, str(4243 + g), world=2, nproc=8) for g in range(8)]
-    stuck = ev._Node("scale-job", "node-0002", 4343)
+    stuck = ev.Node("scale-job", "node-0002", 4343)
     setup += stuck.join(1, 0, 2)[:2]  # attempts to join, waits in the participants list
     elastic_otel.register()
     info = events._get_or_create_logger("otel").info
     for p in ev.serialize(setup):
         info(p)
-    _wait_bridge_idle(elastic_otel.stats, 30.0)
+    wait_bridge_idle(elastic_otel.stats, 30.0)
     elastic_otel.flush(30.0)
     common.pause()  # the parent snapshots the receiver: what follows is the idle bridge's
     cpu0 = time.process_time()

@@ -32,7 +32,7 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
 
     import elastic_otel
     from benchmarks import events as ev
-    from benchmarks.caller_cost import _wait_bridge_idle
+    from benchmarks.caller_cost import wait_bridge_idle
 
     n, warmup = config["events"], config["warmup"]
     payloads = ev.serialize(ev.mixed_objects(n + warmup))
@@ -41,7 +41,7 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
     info = logger.info
     for p in payloads[:warmup]:
         info(p)
-    _wait_bridge_idle(elastic_otel.stats, 60.0)
+    wait_bridge_idle(elastic_otel.stats, 60.0)
     elastic_otel.flush(60.0)
     before = elastic_otel.stats()
     common.settle()
@@ -50,7 +50,7 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
     for p in payloads[warmup:]:
         info(p)
     t_sent = time.monotonic()
-    _wait_bridge_idle(elastic_otel.stats, 300.0)
+    wait_bridge_idle(elastic_otel.stats, 300.0)
     t_processed = time.monotonic()
     flushed = elastic_otel.flush(120.0)
     t_flushed = time.monotonic()

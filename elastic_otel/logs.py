@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from elastic_otel.parsing import ElasticEvent, EventKind
+from elastic_otel.parsing import ElasticEvent, EventKind, RdzvAction
 
 # OpenTelemetry SeverityNumber values (the API enum is not imported: this module is SDK-free).
 SEVERITY_INFO = (9, "INFO")
@@ -37,11 +37,15 @@ def severity(event: ElasticEvent) -> tuple[int, str]:
     return SEVERITY_INFO
 
 
+def rendezvous_event_name(action: RdzvAction) -> str:
+    """The ``event_name`` of a rendezvous event's log record."""
+    return f"torchelastic.rendezvous.{action.value}"
+
+
 def event_name(event: ElasticEvent) -> str:
     """The log record's ``event_name``: torch's event name, or one per rendezvous action."""
     if event.kind is EventKind.RENDEZVOUS:
-        action = event.action.value if event.action else "other"
-        return f"torchelastic.rendezvous.{action}"
+        return rendezvous_event_name(event.action or RdzvAction.OTHER)
     if event.kind is EventKind.UNPARSED:
         return UNPARSED_EVENT_NAME
     return event.name

@@ -34,6 +34,9 @@ from elastic_otel import attributes as A
 from elastic_otel import environment_variables as env
 from elastic_otel.cli.otlp_json_reader import OtlpJsonError, decode_line, read_otlp_json
 from elastic_otel.cli.timeline import build_timeline, render_text, use_color
+from elastic_otel.constants import STATUS_PREFIX
+from elastic_otel.logs import rendezvous_event_name
+from elastic_otel.parsing import RdzvAction
 
 DEFAULT_OUT = "elastic-otel-demo.jsonl"
 ENDPOINT_VARIABLES = (
@@ -316,20 +319,20 @@ class ProgressFollower:
         attrs = record["attributes"]
         who = self._agent(record)
         name = record["event_name"]
-        if name == "torchelastic.rendezvous.joined":
+        if name == rendezvous_event_name(RdzvAction.JOINED):
             rnd = attrs.get(A.ROUND)
             return [
                 f"{who}: joined rendezvous round {rnd} as rank {attrs.get(A.RANK)} "
                 f"of {attrs.get(A.WORLD_SIZE)}"
             ]
-        if name == "torchelastic.rendezvous.join_attempt":
+        if name == rendezvous_event_name(RdzvAction.JOIN_ATTEMPT):
             if who in self.joined:
                 return [f"{who}: its workers stopped; joining the rendezvous again"]
             self.joined.add(who)
             return [f"{who}: joining the rendezvous"]
-        if name == "torchelastic.worker.status.START":
+        if name == STATUS_PREFIX + "START":
             return [f"{who}: started worker rank {attrs.get(A.GLOBAL_RANK)}"]
-        if name.startswith("torchelastic.worker.status."):
+        if name.startswith(STATUS_PREFIX):
             state = name.rsplit(".", 1)[-1]
             if attrs.get(A.EVENT_SOURCE) == A.SOURCE_AGENT and state in ("SUCCEEDED", "FAILED"):
                 return [f"{who}: job {state}"]
