@@ -1,8 +1,9 @@
 """A lost host on a real torchrun job: its open spans reach the backend, the timeline says LOST.
 
 Two agents, c10d, ``--nnodes=1:2``. The second agent (the first one hosts the c10d store, and
-its death would end the job for everyone) and its workers are SIGKILLed while the workers
-wait; the survivor's workers fail on the broken collective, it restarts and finishes alone.
+its death would end the job for everyone) and its workers are SIGKILLed while the workers of
+the round they share wait; the survivor's workers fail on the broken collective, it restarts
+and finishes alone.
 torch starts workers in sessions of their own, so they are killed by pid, as a lost host's
 would die with it.
 """
@@ -54,8 +55,8 @@ def test_lost_host_is_shown_lost_with_its_last_heard_time(
     doomed = start_agent(env, port, run_id, nnodes="1:2", extra_args=args[1:])
     victims: list[int] = []
     try:
-        # both joined round 0 and their workers run; the doomed node's member span has been
-        # open long enough to be snapshotted
+        # the doomed node's workers started and its member span has been open long enough
+        # to be snapshotted
         grpc_receiver.wait_for_logs(
             2, timeout=60, where=lambda r: r["body"] == "torchelastic.worker.status.START"
         )
@@ -100,10 +101,13 @@ def test_lost_host_is_shown_lost_with_its_last_heard_time(
     )
     assert done.returncode == 0, done.stderr
     text = done.stdout
-    round0 = text.split("ROUND 1")[0]
-    lost_lines = [line for line in round0.splitlines() if "LOST" in line]
+    # The round the lost host was in: round 0, or round 1 when the survivor (slower to be
+    # joined on a loaded machine) formed round 0 alone within last_call_timeout.
+    rounds = text.split("\nROUND ")[1:]
+    (lost,) = [r for r in rounds if "LOST" in r]
+    lost_lines = [line for line in lost.splitlines() if "LOST" in line]
     assert any(f"pid {doomed.proc.pid}" in line for line in lost_lines), text
-    assert "last heard at +" in round0 and "1 node lost" in round0
-    assert "ROUND 1" in text and "job succeeded" in text.split("ROUND 1")[1]
+    assert "last heard at +" in lost and "1 node lost" in lost.splitlines()[0]
+    assert "job succeeded" in rounds[-1].splitlines()[0] and rounds[-1] != lost, text
     page = (tmp_path / "t.html").read_text()
     assert '"lost":' in page and "never ended its spans" in page
