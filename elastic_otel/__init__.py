@@ -17,6 +17,12 @@ Usage::
 
     te_events.configure(elastic_otel.OtelEventHandler(), event_type="torchelastic")
 
+    # in the training script torchrun starts: its spans under its rank's worker span
+    telemetry = elastic_otel.start_worker_telemetry()
+    with tracer.start_as_current_span("load_checkpoint", context=elastic_otel.worker_context()):
+        ...
+    elastic_otel.mark_first_step()
+
 Importing this package imports neither torch nor the OpenTelemetry SDK.
 """
 
@@ -25,7 +31,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
     from elastic_otel.handler import OtelHandler
+    from elastic_otel.training import WorkerTelemetry
 
 from elastic_otel.version import __version__
 
@@ -34,9 +43,12 @@ __all__ = [
     "__version__",
     "flush",
     "get_handler",
+    "mark_first_step",
     "register",
+    "start_worker_telemetry",
     "stats",
     "unregister",
+    "worker_context",
 ]
 
 
@@ -80,3 +92,26 @@ def stats() -> dict[str, int]:
     unparsed, dropped (queue full, after shutdown), records exported, export failures, records
     dropped during a collector outage or at exit."""
     return get_handler().all_stats()
+
+
+def worker_context() -> Context:
+    """In a worker torchrun started: the context of its rank's ``worker`` span
+    (:func:`elastic_otel.training.worker_context`)."""
+    from elastic_otel.training import worker_context as from_environment
+
+    return from_environment()
+
+
+def mark_first_step() -> bool:
+    """In a worker: its first training step (:func:`elastic_otel.training.mark_first_step`)."""
+    from elastic_otel.training import mark_first_step as mark
+
+    return mark()
+
+
+def start_worker_telemetry(attach: bool = True) -> WorkerTelemetry:
+    """In a worker: export its spans and metrics from the ``OTEL_*`` variables
+    (:func:`elastic_otel.training.start_worker_telemetry`)."""
+    from elastic_otel.training import start_worker_telemetry as start
+
+    return start(attach)

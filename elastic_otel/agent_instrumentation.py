@@ -5,7 +5,7 @@ nothing for a worker that fails before a restart: the agent learns each outcome 
 ``_monitor_workers`` (a ``RunResult`` with a ``ProcessFailure`` per failed rank: pid, exit
 code, error file data, time) and acts on it without an event. So, as OpenTelemetry's
 instrumentation packages do for libraries, :func:`instrument` wraps three methods of torch's
-agent classes on activation, and :func:`uninstrument` puts them back:
+agent classes on activation, and :func:`uninstrument` puts them back (six methods):
 
 * ``LocalElasticAgent._monitor_workers``: when it reports the group FAILED or SUCCEEDED, one
   ``torchelastic.worker.status.<STATE>`` event per failed or finished worker, built by the
@@ -14,10 +14,19 @@ agent classes on activation, and :func:`uninstrument` puts them back:
   group's other workers (SIGTERM) as soon as one fails, and reports those as failures too
   ("for bookkeeping"): a failure by SIGTERM or SIGKILL beside a failure of another kind is
   reported as ``STOPPED`` (with ``stopped_after`` naming the failed rank), not as a failure;
-* ``LocalElasticAgent._stop_workers`` and ``SimpleElasticAgent._exit_barrier``: an
-  ``elastic_otel.agent.<step>`` event when the step starts and one (with ``duration_ms``) when
-  it ends, so that a step still running (the exit barrier waiting for a lost node) is an open
-  span that stall reports and exit handling can see.
+* ``LocalElasticAgent._stop_workers`` / ``_start_workers``, ``SimpleElasticAgent.
+  _exit_barrier`` / ``_restart_workers``: an ``elastic_otel.agent.<step>`` event when the step
+  starts and one (with ``duration_ms``) when it ends, so that a step still running (the exit
+  barrier waiting for a lost node) is an open span that stall reports and exit handling can
+  see. A restart is a recovery: its start carries ``recovery.cause`` (``worker_failure`` when
+  the monitor saw the group FAILED or UNHEALTHY, ``membership_change`` when it was HEALTHY and
+  nodes wait to join) and ``recovery.detection_ms`` (failure time to now);
+* ``LocalElasticAgent._setup_local_watchdog(envs)``, which torch calls with every worker's
+  environment just before it starts them: adds ``TRACEPARENT`` (the worker's own ``worker``
+  span, reserved in the trace model) and the ``ELASTIC_OTEL_WORKER_START_UNIX_NANO`` /
+  ``ELASTIC_OTEL_RECOVERY_*`` variables :mod:`elastic_otel.training` reads. The reservation
+  waits for the bridge's worker thread, at most 0.5 s; without an answer the workers start
+  without them.
 
 The events go to the bridge handler only, and only from an agent whose own events go there
 (``--event-log-handler otel``): torch's other destinations see what they always saw. Every
@@ -36,9 +45,12 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
+from elastic_otel import attributes as A
+from elastic_otel import environment_variables as env
 from elastic_otel.constants import AGENT_STEP_PREFIX
 from elastic_otel.handler import get_handler
 
@@ -52,6 +64,13 @@ Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
 _Target = tuple[type, str, Wrapper, int]  # class, method, wrapper, number of parameters
 _lock = threading.Lock()
 _originals: list[tuple[type, str, Any]] = []
+_RESTART_CAUSES = {
+    "FAILED": A.CAUSE_WORKER_FAILURE,
+    "UNHEALTHY": A.CAUSE_WORKER_FAILURE,
+    "HEALTHY": A.CAUSE_MEMBERSHIP_CHANGE,
+}
+# The time of each agent's latest root failure (seconds), for the detection delay.
+_failed_at: MutableMapping[Any, float] = weakref.WeakKeyDictionary()
 
 
 TESTED_TORCH = ((2, 13), (2, 13))
@@ -89,7 +108,10 @@ def instrument(force: bool = False) -> bool:
         targets: list[_Target] = [
             (LocalElasticAgent, "_monitor_workers", _wrap_monitor, 2),
             (LocalElasticAgent, "_stop_workers", _step_wrapper("stop_workers"), 2),
+            (LocalElasticAgent, "_start_workers", _step_wrapper("start_workers"), 2),
+            (LocalElasticAgent, "_setup_local_watchdog", _wrap_watchdog, 2),
             (SimpleElasticAgent, "_exit_barrier", _step_wrapper("exit_barrier"), 1),
+            (SimpleElasticAgent, "_restart_workers", _step_wrapper("restart_workers"), 2),
         ]
         problem = _shape_problem(SimpleElasticAgent, targets)
         if problem:
@@ -177,7 +199,7 @@ def _wrap_monitor(original: Callable[..., Any]) -> Callable[..., Any]:
 def _step_wrapper(step: str) -> Wrapper:
     def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         def step_method(self: Any, *args: Any) -> Any:
-            _report_step(self, step, "start")
+            _report_step(self, step, "start", extra=_recovery_facts(self, step, args))
             start = time.monotonic()
             error: BaseException | None = None
             try:
@@ -193,7 +215,61 @@ def _step_wrapper(step: str) -> Wrapper:
     return wrap
 
 
+def _wrap_watchdog(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _setup_local_watchdog(self: Any, envs: dict[int, dict[str, str]]) -> Any:
+        try:
+            if _reports_to_bridge(self):
+                _add_trace_context(self, envs)
+        except Exception:  # never the agent's problem
+            _logger.debug("elastic-otel: workers started without trace context", exc_info=True)
+        return original(self, envs)
+
+    return _setup_local_watchdog
+
+
 # --- events -------------------------------------------------------------------------------------
+
+
+def _recovery_facts(agent: Any, step: str, args: tuple[Any, ...]) -> dict[str, Any]:
+    """What the start of a restart says about the recovery: its cause, the detection delay."""
+    if step != "restart_workers" or not args:
+        return {}
+    try:
+        state = getattr(getattr(args[0], "state", None), "name", "")
+        cause = _RESTART_CAUSES.get(state)
+        if cause is None:
+            return {}
+        facts: dict[str, Any] = {"recovery.cause": cause}
+        failed_at = _failed_at.pop(agent, None)
+        if cause == A.CAUSE_WORKER_FAILURE and failed_at:
+            facts["recovery.detection_ms"] = max(0.0, time.time() - failed_at) * 1000.0
+        return facts
+    except Exception:
+        return {}
+
+
+def _add_trace_context(agent: Any, envs: dict[int, dict[str, str]]) -> None:
+    """Give each worker its ``TRACEPARENT`` and start times (see the module docstring)."""
+    run_id = agent._worker_group.spec.rdzv_handler.get_run_id()
+    launch = get_handler().worker_launch(run_id, sorted(envs))
+    if launch is None:
+        return
+    started = str(time.time_ns())
+    for local_rank, worker_env in envs.items():
+        span_id = launch.span_ids.get(local_rank)
+        if span_id is None:
+            continue
+        worker_env[env.TRACEPARENT] = traceparent(launch.trace_id, span_id)
+        worker_env[env.TRACESTATE] = ""  # not the agent's own, if it has one
+        worker_env[env.ELASTIC_OTEL_WORKER_START_UNIX_NANO] = started
+        if launch.recovery_cause:
+            worker_env[env.ELASTIC_OTEL_RECOVERY_CAUSE] = launch.recovery_cause
+            worker_env[env.ELASTIC_OTEL_RECOVERY_START_UNIX_NANO] = str(launch.recovery_start_ns)
+
+
+def traceparent(trace_id: int, span_id: int) -> str:
+    """A W3C ``traceparent`` value for a sampled span."""
+    return f"00-{trace_id:032x}-{span_id:016x}-01"
 
 
 def _report_outcomes(agent: Any, worker_group: Any, result: Any) -> None:
@@ -207,6 +283,8 @@ def _report_outcomes(agent: Any, worker_group: Any, result: Any) -> None:
     now_ms = time.time() * 1000.0
     handler = get_handler()
     root = root_failure({rank: (f.exitcode, f.timestamp) for rank, f in failures.items()})
+    if root is not None and state == "FAILED":
+        _failed_at[agent] = float(failures[root].timestamp or 0)
     # The root cause first: the workers stopped because of it link to its span.
     workers = sorted(worker_group.workers, key=lambda w: w.global_rank != root)
     for worker in workers:
@@ -253,6 +331,7 @@ def _report_step(
     phase: str,
     duration_ms: float | None = None,
     error: BaseException | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     try:
         if not _reports_to_bridge(agent):
@@ -269,6 +348,7 @@ def _report_step(
         )
         event.name = AGENT_STEP_PREFIX + step
         event.metadata["phase"] = phase
+        event.metadata.update(extra or {})
         event.timestamp = int(time.time() * 1000)
         get_handler().info(event)
     except Exception:  # never the agent's problem

@@ -8,6 +8,18 @@ Under the node's ``rendezvous.member`` span of the round (:mod:`elastic_otel.ren
 The agent's own span, ``agent.run``, ends with its SUCCEEDED / FAILED event, in the trace of
 the round it finished in, and links to the rounds before.
 
+**Recoveries.** Each restart of the worker group the instrumented agent reports
+(``elastic_otel.agent.restart_workers`` start / end) is an ``agent.recovery`` span, from the
+agent noticing the failure (or the waiting node) to its workers running again, with its
+phases as children: ``agent.stop_workers``, ``agent.rendezvous``, ``agent.assign_worker_ranks``,
+``agent.start_workers``. It belongs to the round it leads to, so the recovery and its phases
+(and their log records) are held until it ends, when that round's trace is known; it is a
+root of that trace, linked to the failed worker's span and to the node's previous round.
+
+**Worker trace context.** Before torch starts the workers, the instrumentation asks
+:meth:`AgentModel.reserve_workers` for the ids their ``worker`` spans will have, to give
+each worker process its ``TRACEPARENT``; the spans the START events open then use them.
+
 Worker outcomes come from two places. With the agent instrumented
 (:mod:`elastic_otel.agent_instrumentation`), the agent's own view arrives as it happens: a
 FAILED worker (exit code, error file, failure time) or a SUCCEEDED one when the agent's monitor
@@ -25,6 +37,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from elastic_otel import attributes as A
 from elastic_otel.parsing import ElasticEvent, EventKind
@@ -38,6 +51,7 @@ from elastic_otel.spans import (
     SpanAttributes,
     SpanLink,
     SpanRecord,
+    new_span_id,
 )
 from elastic_otel.stalls import Wait
 from elastic_otel.trace_ids import TraceIds
@@ -50,8 +64,11 @@ _AGENT_STEPS = {  # torch's, recorded once done with their duration
 _OBSERVED_STEPS = {  # the bridge's own (agent_instrumentation), recorded at start and end
     "EXIT_BARRIER": A.SPAN_AGENT_EXIT_BARRIER,
     "STOP_WORKERS": A.SPAN_AGENT_STOP_WORKERS,
+    "START_WORKERS": A.SPAN_AGENT_START_WORKERS,
 }
+RESTART = "RESTART_WORKERS"  # observed too: the whole recovery
 _WAIT_KIND = {"EXIT_BARRIER": "exit_barrier", "STOP_WORKERS": "stop_workers"}
+_RECOVERY_KEYS = (A.RECOVERY_CAUSE, A.RECOVERY_DETECTION_MS)
 _WAIT_CONTEXT = frozenset({A.RUN_ID, A.RANK, A.HOST_NAME, A.ROLE, A.AGENT_RESTARTS})
 _SPAN_KEYS = (
     A.RUN_ID,
@@ -77,6 +94,29 @@ _SPAN_KEYS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerLaunch:
+    """The trace context a group of workers is started with (see ``reserve_workers``)."""
+
+    trace_id: int
+    span_ids: dict[int, int]  # local rank → the id its ``worker`` span will have
+    recovery_cause: str = ""  # set when a recovery starts these workers
+    recovery_start_ns: int = 0
+
+
+@dataclass(slots=True)
+class Recovery:
+    """A restart of the worker group under way: its span, and its ended phases and their
+    logs, held until the round it leads to (its trace) is known."""
+
+    span: SpanRecord
+    phases: list[SpanRecord] = field(default_factory=list)
+    logs: list[tuple[ElasticEvent, SpanRecord]] = field(default_factory=list)
+
+    def holds(self, span: SpanRecord) -> bool:
+        return span is self.span or span.parent_span_id == self.span.span_id
+
+
 class Agent:
     """One elastic agent (per run id) and its running workers' spans."""
 
@@ -84,6 +124,8 @@ class Agent:
         "ended",
         "failed",
         "links",
+        "recovery",
+        "reserved",
         "restarts",
         "run_id",
         "start_ns",
@@ -102,6 +144,8 @@ class Agent:
         self.start_ns = 0
         self.stop_ns = 0  # when the workers were stopped for a new rendezvous
         self.links: list[SpanLink] = []
+        self.recovery: Recovery | None = None
+        self.reserved: dict[int, tuple[int, int, int]] = {}  # local rank → trace, span, parent
 
     def new_attempt(self) -> None:
         self.ended.clear()
@@ -144,11 +188,15 @@ class AgentModel:
         for agent in self.agents.values():
             yield from agent.workers.values()
             yield from agent.steps.values()
+            if agent.recovery is not None:
+                yield agent.recovery.span
 
     def waits(self) -> Iterator[Wait]:
         """Agent steps under way that wait on others (for stall reports)."""
         for agent in self.agents.values():
             for state, span in agent.steps.items():
+                if state not in _WAIT_KIND:
+                    continue
                 context = {k: v for k, v in span.attributes.items() if k in _WAIT_CONTEXT}
                 node = self.rendezvous.latest_node(agent.run_id) if self.rendezvous else None
                 if node is not None:
@@ -159,6 +207,20 @@ class AgentModel:
         """The observed step (``EXIT_BARRIER``, ``STOP_WORKERS``) under way, if any."""
         agent = self.agents.get(run_id)
         return agent.steps.get(state) if agent is not None else None
+
+    def reserve_workers(self, run_id: str, local_ranks: list[int]) -> WorkerLaunch:
+        """Choose the span ids of the workers about to start (see the module docstring)."""
+        agent = self.agents.get(run_id)
+        if agent is None:
+            agent = self.agents[run_id] = Agent(run_id)
+        trace, parent = self._context(agent)
+        ids = {rank: new_span_id() for rank in local_ranks}
+        agent.reserved = {rank: (trace, span_id, parent) for rank, span_id in ids.items()}
+        recovery = agent.recovery
+        if recovery is None:
+            return WorkerLaunch(trace, ids)
+        cause = recovery.span.attributes.get(A.RECOVERY_CAUSE)
+        return WorkerLaunch(trace, ids, str(cause or ""), recovery.span.start_ns)
 
     # --- events -----------------------------------------------------------------------------
 
@@ -175,7 +237,7 @@ class AgentModel:
         if node is not None and isinstance(backend, str):
             # The agent's first events follow the first join: label its open member span.
             node.label_backend(backend)
-        trace, parent = self._context(agent, ev)
+        trace, parent = self._context(agent, ev.agent_restarts)
 
         if ev.kind is EventKind.WORKER:
             if ev.state == "START":
@@ -184,6 +246,8 @@ class AgentModel:
                 self._worker_end(agent, ev, trace, parent, out)
         elif ev.state in _AGENT_STEPS:
             self._agent_step(agent, ev, trace, parent, out)
+        elif ev.state == RESTART and ev.attributes.get(A.PHASE) in ("start", "end"):
+            self._recovery(agent, ev, trace, parent, out)
         elif ev.state in _OBSERVED_STEPS and ev.attributes.get(A.PHASE) in ("start", "end"):
             self._observed_step(agent, ev, trace, parent, out)
         elif ev.state in ("SUCCEEDED", "FAILED"):
@@ -192,16 +256,39 @@ class AgentModel:
             out.logs.append((ev, trace, parent))
         return created
 
-    def _context(self, agent: Agent, ev: ElasticEvent) -> tuple[int, int]:
+    def _context(self, agent: Agent, restarts: int | None = None) -> tuple[int, int]:
         """(trace id, parent span id) for the agent's spans: the node's round if known."""
-        node = self.rendezvous.latest_node(ev.run_id) if self.rendezvous else None
+        node = self.rendezvous.latest_node(agent.run_id) if self.rendezvous else None
         if node is not None and node.member is not None:
             return node.member.trace_id, node.member.span_id
         if node is not None and node.round is not None:
-            return self._trace(ev.run_id, node.round), 0
+            return self._trace(agent.run_id, node.round), 0
         # No rendezvous events (routing off, or a backend that records none).
-        restarts = ev.agent_restarts if ev.agent_restarts is not None else agent.restarts
-        return self._trace(ev.run_id, f"restart-{restarts}"), 0
+        restarts = restarts if restarts is not None else agent.restarts
+        return self._trace(agent.run_id, f"restart-{restarts}"), 0
+
+    def _step_context(self, agent: Agent, trace: int, parent: int) -> tuple[int, int]:
+        """The context of an agent step: the recovery under way, else (trace, parent)."""
+        recovery = agent.recovery
+        if recovery is None:
+            return trace, parent
+        return recovery.span.trace_id, recovery.span.span_id
+
+    def _log(self, agent: Agent, ev: ElasticEvent, span: SpanRecord, out: Output) -> None:
+        """A log record of ``span``: held with the recovery while its trace is not known."""
+        recovery = agent.recovery
+        if recovery is not None and recovery.holds(span):
+            recovery.logs.append((ev, span))
+        else:
+            out.log(ev, span)
+
+    def _finish(self, agent: Agent, span: SpanRecord, out: Output) -> None:
+        """Hand out an ended span; a phase of the recovery under way waits for it."""
+        recovery = agent.recovery
+        if recovery is not None and recovery.holds(span):
+            recovery.phases.append(span)
+        else:
+            out.spans.append(span)
 
     def _span(
         self, name: str, start_ns: int, ev: ElasticEvent, trace: int, parent: int
@@ -222,19 +309,22 @@ class AgentModel:
         start = _back_dated(t, ev.duration_ms)
         if not agent.start_ns or start < agent.start_ns:
             agent.start_ns = start
-        span = self._span(_AGENT_STEPS[ev.state], start, ev, trace, parent)
-        out.spans.append(span.end(t, STATUS_OK))
-        out.log(ev, span)
+        span = self._span(
+            _AGENT_STEPS[ev.state], start, ev, *self._step_context(agent, trace, parent)
+        )
+        self._finish(agent, span.end(t, STATUS_OK), out)
+        self._log(agent, ev, span, out)
 
     def _observed_step(
         self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
     ) -> None:
         t = ev.time_ns
         name = _OBSERVED_STEPS[ev.state]
+        trace, parent = self._step_context(agent, trace, parent)
         if ev.attributes.get(A.PHASE) == "start":
             span = self._span(name, t, ev, trace, parent)
             agent.steps[ev.state] = span
-            out.log(ev, span)
+            self._log(agent, ev, span, out)
             return
         started = agent.steps.pop(ev.state, None)
         if started is None:  # its start was not seen: back-date by the duration
@@ -243,10 +333,70 @@ class AgentModel:
         span = started
         if ev.error is not None:
             span.record_error(ev)
-        out.spans.append(span.end(t, STATUS_OK))
-        out.log(ev, span)
+        self._finish(agent, span.end(t, STATUS_OK), out)
+        self._log(agent, ev, span, out)
         if ev.state == "STOP_WORKERS" and agent.workers:
             self._end_workers(agent, t, out, A.STATE_STOPPED, "", link_to=agent.failed)
+
+    def _recovery(
+        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
+    ) -> None:
+        t = ev.time_ns
+        if ev.attributes.get(A.PHASE) == "start":
+            if agent.recovery is not None:  # its end was never seen
+                self._end_recovery(agent, t, out, "a new recovery started", error=False)
+            span = self._span(A.SPAN_AGENT_RECOVERY, t, ev, trace, 0)
+            for key in _RECOVERY_KEYS:
+                if key in ev.attributes:
+                    span.attributes[key] = ev.attributes[key]
+            failed = agent.failed
+            if failed is not None and span.attributes.get(A.RECOVERY_CAUSE) != (
+                A.CAUSE_MEMBERSHIP_CHANGE
+            ):
+                rank = failed.attributes.get(A.GLOBAL_RANK)
+                attrs: SpanAttributes = {A.STATE: "FAILED"}
+                if rank is not None:
+                    attrs[A.GLOBAL_RANK] = rank
+                span.links.append(SpanLink(failed.trace_id, failed.span_id, attrs))
+            if parent:  # the member span of the round it leaves
+                span.links.append(SpanLink(trace, parent, {}))
+            agent.recovery = Recovery(span)
+            self._log(agent, ev, span, out)
+            return
+        if agent.recovery is None:  # its start was not seen: back-date by the duration
+            start = _back_dated(t, ev.duration_ms)
+            agent.recovery = Recovery(self._span(A.SPAN_AGENT_RECOVERY, start, ev, trace, 0))
+        recovery = agent.recovery
+        if ev.error is not None:
+            recovery.span.record_error(ev)
+        recovery.logs.append((ev, recovery.span))
+        self._release_recovery(agent, t, trace, out)
+
+    def _end_recovery(self, agent: Agent, t: int, out: Output, reason: str, error: bool) -> None:
+        """End a recovery that will not end by itself (exit, signal, eviction)."""
+        recovery = agent.recovery
+        if recovery is None:
+            return
+        self._end_steps(agent, t, out, reason, error)
+        recovery.span.attributes[A.END_REASON] = reason
+        if error:
+            recovery.span.set_error(reason)
+        self._release_recovery(agent, t, self._context(agent)[0], out)
+
+    def _release_recovery(self, agent: Agent, t: int, trace: int, out: Output) -> None:
+        """End the recovery in ``trace`` (the round it led to) with its held phases and logs."""
+        recovery = agent.recovery
+        if recovery is None:
+            return
+        agent.recovery = None
+        root = recovery.span
+        root.trace_id, root.parent_span_id = trace, 0
+        for phase in recovery.phases:
+            phase.trace_id = trace
+        out.spans.extend(recovery.phases)
+        out.spans.append(root.end(t, STATUS_OK))
+        for ev, span in recovery.logs:
+            out.log(ev, span)
 
     def _agent_end(self, agent: Agent, ev: ElasticEvent, trace: int, out: Output) -> None:
         t = ev.time_ns
@@ -257,6 +407,7 @@ class AgentModel:
             reason, killed = self.terminated_by, True
         self._end_workers(agent, t, out, "TERMINATED", reason, error=killed)
         self._end_steps(agent, t, out, reason, error=killed)
+        self._end_recovery(agent, t, out, reason, error=killed)
         span = self._span(A.SPAN_AGENT_RUN, agent.start_ns or t, ev, trace, 0)
         span.links = [link for link in agent.links if link.trace_id != trace]
         if ev.state == "FAILED":
@@ -295,7 +446,13 @@ class AgentModel:
         agent.stop_ns = 0
         if not agent.start_ns:
             agent.start_ns = t
+        local_rank = ev.attributes.get(A.LOCAL_RANK)
+        reserved = agent.reserved.pop(local_rank, None) if isinstance(local_rank, int) else None
+        if reserved is not None:  # the worker was told these ids (TRACEPARENT)
+            trace, span_id, parent = reserved
         span = self._span(A.SPAN_WORKER, t, ev, trace, parent)
+        if reserved is not None:
+            span.span_id = span_id
         key = ev.global_rank if ev.global_rank is not None else -1 - len(agent.workers)
         agent.workers[key] = span
         out.log(ev, span)
@@ -356,7 +513,7 @@ class AgentModel:
         for span in agent.steps.values():
             if error:
                 span.set_error(reason)
-            out.spans.append(span.end(t, STATUS_UNSET, reason))
+            self._finish(agent, span.end(t, STATUS_UNSET, reason), out)
         agent.steps.clear()
 
     # --- exit and bounds --------------------------------------------------------------------
@@ -368,11 +525,13 @@ class AgentModel:
         for agent in self.agents.values():
             self._end_workers(agent, t, out, state, reason, error=error)
             self._end_steps(agent, t, out, reason, error)
+            self._end_recovery(agent, t, out, reason, error)
 
     def evict_oldest(self, t: int, out: Output) -> None:
         _, agent = self.agents.popitem(last=False)
         self._end_workers(agent, t, out, "UNKNOWN", "evicted: state limit reached")
         self._end_steps(agent, t, out, "evicted: state limit reached", False)
+        self._end_recovery(agent, t, out, "evicted: state limit reached", False)
 
 
 def _back_dated(t: int, duration_ms: float | None) -> int:

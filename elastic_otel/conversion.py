@@ -7,12 +7,16 @@ thread, the only thread that calls it, so the trace model it owns needs no lock.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from elastic_otel.counters import EventCounters
 from elastic_otel.parsing import DEFAULT_RAW_LIMIT, EventKind, parse_event
 from elastic_otel.snapshots import HEARTBEAT, STOP, SnapshotSchedule
-from elastic_otel.tracing import TraceModel
+from elastic_otel.spans import Output, SpanRecord
+from elastic_otel.tracing import TraceModel, WorkerLaunch
+
+SpanObserver = Callable[[list[SpanRecord]], None]
 
 if TYPE_CHECKING:  # the emitter imports the OpenTelemetry SDK
     from elastic_otel.emitter import Emitter
@@ -36,6 +40,7 @@ class Conversion:
         self.counters = counters
         self.traces = traces
         self.raw_limit = raw_limit
+        self.span_observer: SpanObserver | None = None  # e.g. the recovery metrics
 
     def process(self, payload: object, created: float) -> None:
         event = parse_event(payload, int(created * 1e9), self.raw_limit)
@@ -46,7 +51,7 @@ class Conversion:
         if emitter is None:
             return
         if self.traces:
-            emitter.emit_output(self.model.process(event))
+            self._emit(emitter, self.model.process(event))
             self.counters.heartbeat_logs_skipped = self.model.heartbeat_logs_skipped
         else:
             emitter.emit_log(event, 0, 0)
@@ -59,12 +64,27 @@ class Conversion:
             return
         out = self.model.tick(now_ns)
         if out.logs or out.spans:
-            emitter.emit_output(out)
+            self._emit(emitter, out)
         heartbeats, stopped = self.snapshots.due(self.model.open_spans(), now_ns)
         for span in heartbeats:
             emitter.emit_partial(span, HEARTBEAT, now_ns, self.snapshots.frequency)
         for span in stopped:
             emitter.emit_partial(span, STOP, now_ns, self.snapshots.frequency)
+
+    def _emit(self, emitter: Emitter, out: Output) -> None:
+        emitter.emit_output(out)
+        observer = self.span_observer
+        if observer is not None and out.spans:
+            try:
+                observer(out.spans)
+            except Exception:  # the spans are out; only what is derived from them is lost
+                self.counters.internal_errors += 1
+
+    def reserve_workers(self, run_id: str, local_ranks: list[int]) -> WorkerLaunch | None:
+        """The trace context of the workers about to start (``None``: no traces)."""
+        if self.emitter is None or not self.traces:
+            return None
+        return self.model.reserve_workers(run_id, local_ranks)
 
     def current_stalls(self) -> dict[str, float]:
         """Longest current wait per kind, in seconds (read from any thread)."""
@@ -76,11 +96,11 @@ class Conversion:
             reason, error = self.model.terminated_by, True
         out = self.model.close_all(time.time_ns(), reason, error)
         if self.emitter is not None:
-            self.emitter.emit_output(out)
+            self._emit(self.emitter, out)
 
     def terminate(self, reason: str) -> None:
         """End every open span as terminated by a signal; the sink stays open for the events
         torch records afterwards (see :meth:`TraceModel.terminate`)."""
         out = self.model.terminate(time.time_ns(), reason)
         if self.emitter is not None:
-            self.emitter.emit_output(out)
+            self._emit(self.emitter, out)

@@ -96,6 +96,19 @@ ELASTIC_OTEL_METRICS = "ELASTIC_OTEL_METRICS"
 bridge counters as metrics either (default ``true``). Where they go is ``OTEL_METRICS_EXPORTER``
 (default ``otlp``) and ``OTEL_METRIC_EXPORT_*``."""
 
+# --- set by the agent in each worker's environment (elastic_otel.training) -------------------
+
+TRACEPARENT = "TRACEPARENT"
+"""W3C trace context of the worker's own ``worker`` span, as OpenTelemetry's convention for
+environment-variable carriers names it (``TRACESTATE`` beside it when there is one)."""
+TRACESTATE = "TRACESTATE"
+ELASTIC_OTEL_WORKER_START_UNIX_NANO = "ELASTIC_OTEL_WORKER_START_UNIX_NANO"
+"""When the agent started the worker processes (ns since the epoch)."""
+ELASTIC_OTEL_RECOVERY_CAUSE = "ELASTIC_OTEL_RECOVERY_CAUSE"
+"""Set when the workers were started by a recovery: ``worker_failure`` or ``membership_change``."""
+ELASTIC_OTEL_RECOVERY_START_UNIX_NANO = "ELASTIC_OTEL_RECOVERY_START_UNIX_NANO"
+"""When that recovery began (the agent noticed the failure or the waiting node)."""
+
 # --- OTLP JSON file exporters (elastic_otel.otlp_json) ---------------------------------------
 
 ELASTIC_OTEL_OTLP_JSON_FILE = "ELASTIC_OTEL_OTLP_JSON_FILE"

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 
 from elastic_otel import environment_variables as env
 from elastic_otel import process_exit
-from elastic_otel.conversion import Conversion
+from elastic_otel.conversion import Conversion, SpanObserver
 from elastic_otel.counters import ALL_KEYS, EventCounters
 from elastic_otel.event_worker import EventWorker, bridge_section, inside_bridge
 from elastic_otel.parsing import DEFAULT_RAW_LIMIT, safe_text
 from elastic_otel.trace_ids import job_salt
-from elastic_otel.tracing import DEFAULT_MAX_TRACKED, TraceModel
+from elastic_otel.tracing import DEFAULT_MAX_TRACKED, TraceModel, WorkerLaunch
 
 if TYPE_CHECKING:  # both import the OpenTelemetry SDK: only once the bridge starts
     from elastic_otel.emitter import Emitter
@@ -74,6 +74,7 @@ class OtelHandler(logging.Handler):
         self._worker: EventWorker | None = None
         self._started = False
         self._closed = False  # shutdown began: no more flushes
+        self._span_observer: SpanObserver | None = None
 
     # --- torch-facing API -----------------------------------------------------------------
 
@@ -113,6 +114,33 @@ class OtelHandler(logging.Handler):
                 worker.put(payload, created)
         except Exception:  # the training job must never see our failures
             self.counters.internal_errors += 1
+
+    def worker_launch(
+        self, run_id: str, local_ranks: list[int], timeout_s: float = 0.5
+    ) -> WorkerLaunch | None:
+        """The trace context for the workers ``run_id``'s agent is about to start, chosen by
+        the worker thread once what is queued (the agent's last events) was processed.
+
+        Waits at most ``timeout_s``; ``None`` when the bridge has no trace model to ask
+        (not started, traces off) or it did not answer in time.
+        """
+        worker = self._worker
+        sink = worker.sink if worker is not None else None
+        if worker is None or worker.closed or not isinstance(sink, Conversion):
+            return None
+        answer: list[WorkerLaunch | None] = []
+        if not worker.call(
+            lambda: answer.append(sink.reserve_workers(run_id, local_ranks)), timeout_s
+        ):
+            return None
+        return answer[0] if answer else None
+
+    def observe_spans(self, observer: SpanObserver | None) -> None:
+        """Have ``observer`` see every batch of ended spans, on the worker thread."""
+        self._span_observer = observer
+        worker = self._worker
+        if worker is not None and isinstance(worker.sink, Conversion):
+            worker.sink.span_observer = observer
 
     def current_stalls(self) -> dict[str, float]:
         """Longest current wait per ``torchelastic.stalled.in`` kind, in seconds (0: none)."""
@@ -155,6 +183,7 @@ class OtelHandler(logging.Handler):
                     env.ELASTIC_OTEL_OPEN_SPAN_INTERVAL, env.DEFAULT_OPEN_SPAN_INTERVAL_S
                 ),
             )
+            conversion.span_observer = self._span_observer
             queue_size = env.env_int(env.ELASTIC_OTEL_QUEUE_SIZE, env.DEFAULT_QUEUE_SIZE)
             self._worker = EventWorker(conversion, self.counters, queue_size)
             self._worker.start()

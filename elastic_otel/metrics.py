@@ -12,6 +12,9 @@ exports instrument names; characters OTel does not allow become ``_``):
   (the last value: nothing is assumed about how a user's values add up);
 * ``workers.<role>.<name>`` → ``torchelastic.workers.<name>`` with ``torchelastic.role``.
 
+The bridge adds its own: the recovery histograms of :mod:`elastic_otel.recovery_metrics`
+and its health counters (:mod:`elastic_otel.bridge_metrics`).
+
 Every point carries ``torchelastic.metric_group``, ``torchelastic.role`` for ``workers.<role>.*``
 and ``torchelastic.run_id`` once known (:func:`set_run_id`, else torchrun's ``--rdzv-id``).
 
@@ -44,6 +47,7 @@ from elastic_otel import attributes as A
 from elastic_otel import bridge_metrics, torchrun_args
 from elastic_otel import environment_variables as env
 from elastic_otel.handler import current_handler
+from elastic_otel.recovery_metrics import RecoveryMetrics
 
 if TYPE_CHECKING:  # the SDK is imported when metrics are installed, not when torch loads this
     from opentelemetry.metrics import Meter
@@ -230,6 +234,9 @@ def install(meter_provider: MeterProvider | None = None) -> OtelMetricHandler | 
         handler = OtelMetricHandler(meter)
         try:
             bridge_metrics.observe(meter, _bridge_stats, _current_stalls)
+            bridge = current_handler()
+            if bridge is not None:
+                bridge.observe_spans(RecoveryMetrics(meter).record_spans)
         except Exception as e:  # the bridge's own counters stay in elastic_otel.stats()
             _logger.warning("elastic-otel: bridge counters not reported as metrics: %s", e)
         state = _Installed(handler, provider, owned)
@@ -255,6 +262,9 @@ def uninstall() -> None:
         state, _installed = _installed, None
     if state is None:
         return
+    bridge = current_handler()
+    if bridge is not None:
+        bridge.observe_spans(None)
     for module, original in state.originals.items():
         module.getStream = original
     _shutdown(state)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from elastic_otel.agent_model import AgentModel
+from elastic_otel.agent_model import AgentModel, WorkerLaunch
 from elastic_otel.parsing import ElasticEvent, EventKind
 from elastic_otel.rendezvous_model import RendezvousModel
 from elastic_otel.spans import DEFAULT_EVENT_LIMIT, Output, SpanRecord
@@ -88,6 +88,10 @@ class TraceModel:
         self.agents.end_open(time_ns, reason, True, out)
         self.rendezvous.end_open(time_ns, reason, True, out)
         return out
+
+    def reserve_workers(self, run_id: str, local_ranks: list[int]) -> WorkerLaunch:
+        """The trace context of the workers ``run_id``'s agent is about to start."""
+        return self.agents.reserve_workers(run_id, local_ranks)
 
     def current_span(self, run_id: str, rank: int) -> tuple[int, int] | None:
         """(trace id, span id) of the open span of the node holding ``rank`` in ``run_id``."""

@@ -353,6 +353,16 @@ def _metric_point(metric: Message, kind: str, point: Message, common: Item) -> I
     if kind in ("histogram", "exponential_histogram"):
         item["min"] = _optional(point, "min")
         item["max"] = _optional(point, "max")
+    if kind != "summary":
+        item["exemplars"] = [
+            {
+                "trace_id": e.trace_id.hex(),
+                "span_id": e.span_id.hex(),
+                "value": _number_value(e),
+                "time_ns": e.time_unix_nano,
+            }
+            for e in point.exemplars
+        ]
     if kind == "exponential_histogram":
         item["scale"] = point.scale
         item["zero_count"] = point.zero_count

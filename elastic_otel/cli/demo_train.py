@@ -1,8 +1,11 @@
 """A tiny CPU data-parallel training script for torchrun (gloo): the job of ``elastic-otel demo``.
 
 Shipped inside the package so that the demo works after a plain ``pip install``;
-``examples/train.py`` is this file. It does not import elastic_otel: torchrun's
-``--event-log-handler otel`` activates the bridge in the agents.
+``examples/train.py`` is this file. torchrun's ``--event-log-handler otel`` activates the
+bridge in the agents; the script itself only adds its own spans, as any training script can:
+``elastic_otel.start_worker_telemetry()`` exports them with the agents' ``OTEL_*`` settings,
+``elastic_otel.worker_context()`` puts them under this rank's ``worker`` span, and
+``elastic_otel.mark_first_step()`` marks where training resumed after a recovery.
 
 Environment:
   TRAIN_STEPS          optimisation steps (default 20)
@@ -15,6 +18,7 @@ Environment:
   TRAIN_FAIL_ONCE_DIR  directory for the marker file that makes the failure happen once
   TRAIN_WAIT_FOR_WORLD idle (up to TRAIN_WAIT_SECONDS, default 120) while the world is
                        smaller than this, so that an elastic scale-up restarts the workers
+  TRAIN_OTEL           0: no spans of its own (default: when the agent gave it TRACEPARENT)
 """
 
 from __future__ import annotations
@@ -26,7 +30,10 @@ import time
 
 import torch
 import torch.distributed as dist
+from opentelemetry import trace
 from torch.distributed.elastic.multiprocessing.errors import record
+
+import elastic_otel
 
 
 def _fail_once(rank: int, restart: int) -> None:
@@ -41,11 +48,15 @@ def _fail_once(rank: int, restart: int) -> None:
 
 @record
 def main() -> None:
+    traced = bool(os.environ.get("TRACEPARENT")) and os.environ.get("TRAIN_OTEL") != "0"
+    telemetry = elastic_otel.start_worker_telemetry() if traced else None
+    tracer = trace.get_tracer("elastic_otel.demo_train")
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     before_init = os.environ.get("TRAIN_FAIL_BEFORE_INIT") == "1"
     if before_init:
         _fail_once(int(os.environ["RANK"]), restart)
-    dist.init_process_group("gloo")
+    with tracer.start_as_current_span("init_process_group", context=elastic_otel.worker_context()):
+        dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if not before_init:
         _fail_once(rank, restart)
@@ -58,7 +69,7 @@ def main() -> None:
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loss = torch.zeros(())
-    for _ in range(int(os.environ.get("TRAIN_STEPS", "20"))):
+    for step in range(int(os.environ.get("TRAIN_STEPS", "20"))):
         x = torch.randn(16, 8)
         loss = ((model(x) - x.sum(dim=1, keepdim=True)) ** 2).mean()
         opt.zero_grad()
@@ -68,6 +79,8 @@ def main() -> None:
                 dist.all_reduce(p.grad)
                 p.grad /= world
         opt.step()
+        if step == 0 and telemetry is not None:
+            elastic_otel.mark_first_step()  # training runs again: a recovery ends here
     if rank == 0:
         print(f"trained on {world} workers, final loss {loss.item():.4f}, restart {restart}")
     dist.barrier()  # leave together: a peer tearing gloo down early can abort the others
@@ -75,6 +88,8 @@ def main() -> None:
     # torch 2.13's gloo can abort in C++ destructors at interpreter exit ("terminate called
     # without an active exception": 4 of ~80 restarted jobs here); the agent then counts a
     # finished worker as failed. Training is done and the output flushed: skip them.
+    if telemetry is not None:
+        telemetry.shutdown()  # os._exit skips exit handlers
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
