@@ -65,12 +65,11 @@ def test_failed_worker_before_restart(grpc_receiver: OtlpReceiver, tmp_path: Pat
     for rank in (2, 3):
         assert span_attr(first[rank], A.STATE) in ("FAILED", "STOPPED")
         assert span_attr(first[rank], A.OBSERVED_BY) == "monitor_workers"
-    stop_steps = [
-        s
-        for s in grpc_receiver.spans()
-        if s["name"] == A.SPAN_AGENT_STOP_WORKERS and s["trace_id"] == failed["trace_id"]
-    ]
-    assert stop_steps and all(s["status_code"] == "OK" for s in stop_steps)
+    # stopping them is the first phase of each agent's recovery (in the next round's trace)
+    spans = {s["span_id"]: s for s in grpc_receiver.spans()}
+    stop_steps = [s for s in spans.values() if s["name"] == A.SPAN_AGENT_STOP_WORKERS]
+    assert len(stop_steps) == 2 and all(s["status_code"] == "OK" for s in stop_steps)
+    assert all(spans[s["parent_span_id"]]["name"] == A.SPAN_AGENT_RECOVERY for s in stop_steps)
 
     # the restarted group finished: SUCCEEDED when the agent saw it, before the exit barrier
     last = [w for w in workers if span_attr(w, A.STATE) == "SUCCEEDED"]
@@ -98,7 +97,10 @@ def _agent_methods() -> list[object]:
     return [
         LocalElasticAgent.__dict__["_monitor_workers"],
         LocalElasticAgent.__dict__["_stop_workers"],
+        LocalElasticAgent.__dict__["_start_workers"],
+        LocalElasticAgent.__dict__["_setup_local_watchdog"],
         SimpleElasticAgent.__dict__["_exit_barrier"],
+        SimpleElasticAgent.__dict__["_restart_workers"],
     ]
 
 

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from elastic_otel import attributes as A
+
 ROOT = Path(__file__).resolve().parents[1]
 COLLECTOR_DIR = ROOT / "collector-config"
 COMPOSE_DIR = ROOT / "examples" / "compose"
@@ -687,12 +689,17 @@ def test_dashboard_covers_rounds_latency_failures_restarts():
     assert has("STATUS_CODE_ERROR") and has('torchelastic_node_state="FAILED"'), "failures"
     assert has('torchelastic_state="REPLACED"') and has("remaining_restarts"), "restarts"
     assert has("elastic_otel_dropped_total", "elastic_otel_reason"), "the bridge's own losses"
+    assert has("torchelastic_recovery_cause", 'until="first_step"') and has(
+        "torchelastic_recovery_phase"
+    ), "recovery"
 
 
 def _prometheus_name(name: str, kind: str, unit: str) -> str:
     """What the collector's prometheusremotewrite exporter names an OTel metric (suffixes on)."""
     out = re.sub(r"[^a-zA-Z0-9_:]", "_", name)
-    out += {"ms": "_milliseconds", "1": "_ratio" if kind == "gauge" else ""}.get(unit, "")
+    out += {"ms": "_milliseconds", "s": "_seconds", "1": "_ratio" if kind == "gauge" else ""}.get(
+        unit, ""
+    )
     return out + {"counter": "_total", "histogram": "_bucket"}.get(kind, "")
 
 
@@ -712,6 +719,10 @@ def test_dashboard_metric_names_are_the_ones_the_bridge_exports():
         )
     ]
     exported.append(_prometheus_name("torchelastic.rendezvous.duration", "histogram", "ms"))
+    recovery = _prometheus_name(A.METRIC_RECOVERY_DURATION, "histogram", "s")
+    phase = _prometheus_name(A.METRIC_RECOVERY_PHASE_DURATION, "histogram", "s")
+    exported += [recovery, recovery.replace("_bucket", "_count")]  # quantiles, counts
+    exported += [phase.replace("_bucket", "_sum"), phase.replace("_bucket", "_count")]  # means
     for name in exported:
         assert any(re.fullmatch(p, name) for p in patterns), (name, patterns)
     for pattern in patterns:
