@@ -18,6 +18,7 @@ SECTION_TITLES = (
     "## 4. Start-up",
     "## 5. Memory",
     "## 6. Scale on paper",
+    "## 7. Recovery",
 )
 
 LABELS = {
@@ -177,6 +178,17 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                 f"{_x(tr['ratio_median'], 3)} median ({_x(tr['ratio_mean'], 3)} mean)",
                 "≤ 1.05x",
                 tr["ratio_median"] <= 1.05,
+            )
+        )
+    rec = results.get("recovery") or {}
+    if rec.get("recovery_ratio_median") is not None:
+        rows.append(
+            (
+                "7. recovery (worker failure → whole job running again), with ÷ without",
+                f"{_x(rec['recovery_ratio_median'], 3)} median "
+                f"({_x(rec['recovery_ratio_paired_median'], 3)} paired)",
+                "≤ 1.02x",
+                rec["recovery_ratio_median"] <= 1.02,
             )
         )
     mem = results.get("memory") or {}
@@ -594,6 +606,47 @@ def _startup(st: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _recovery(rec: dict[str, Any]) -> list[str]:
+    lines = [
+        SECTION_TITLES[8],
+        "",
+        "The same real job run with and without `--event-log-handler otel`, interleaved, "
+        f"{rec['reps']} times each: two agents (c10d, one worker each, `--max-restarts=1`), "
+        "global rank 1 fails once before init; both agents restart their workers. Recovery: "
+        "from the failure to the last restarted worker's start, as the training script notes "
+        "them (`benchmarks/recovery.py`); wall: the whole job. The `otel` agents export to a "
+        f"local receiver (received: {rec['received']['logs']:,} logs, "
+        f"{rec['received']['traces']:,} spans).",
+        "",
+    ]
+    lines += _table(
+        ["variant", "recovery median s", "mean", "min", "wall median s", "all ok", "recoveries s"],
+        (
+            (
+                name,
+                _f(v["recovery"].get("median"), 2),
+                _f(v["recovery"].get("mean"), 2),
+                _f(v["recovery"].get("min"), 2),
+                _f(v["wall"].get("median"), 2),
+                _f(v["all_ok"]),
+                ", ".join(f"{r:.2f}" for r in v["recoveries"]),
+            )
+            for name, v in rec["variants"].items()
+        ),
+    )
+    lines += [
+        f"Recovery, with ÷ without: median {_x(rec['recovery_ratio_median'], 3)}, mean "
+        f"{_x(rec['recovery_ratio_mean'], 3)}, min {_x(rec['recovery_ratio_min'], 3)}, median "
+        f"of the paired (back-to-back) runs {_x(rec['recovery_ratio_paired_median'], 3)}. "
+        f"Whole failing job: median {_x(rec['wall_ratio_median'], 3)}.",
+        "",
+    ]
+    for name, v in rec["variants"].items():
+        if v.get("failure"):
+            lines += [f"A `{name}` run failed:", "", "```", v["failure"][-4000:], "```", ""]
+    return lines
+
+
 def _memory(mem: dict[str, Any]) -> list[str]:
     cfg = mem["config"]
     lines = [
@@ -796,6 +849,7 @@ def render(results: dict[str, Any]) -> str:
         ("startup", lambda: _startup(results["startup"])),
         ("memory", lambda: _memory(results["memory"])),
         ("scale", lambda: _scale(results["scale"])),
+        ("recovery", lambda: _recovery(results["recovery"])),
     ]
     errors = results.get("errors", {})
     for i, (key, fn) in enumerate(sections):

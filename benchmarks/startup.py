@@ -166,7 +166,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def torchrun_job(with_otel: bool, env: dict[str, str], tag: str) -> dict[str, Any]:
+def torchrun_job(
+    with_otel: bool, env: dict[str, str], tag: str, extra_args: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Two agents of one job (c10d on localhost), started together; wall time until both end."""
     torchrun = str(Path(sys.executable).parent / "torchrun")
     port = _free_port()
@@ -178,6 +180,7 @@ def torchrun_job(with_otel: bool, env: dict[str, str], tag: str) -> dict[str, An
         f"--rdzv-endpoint=127.0.0.1:{port}",
         f"--rdzv-id=bench-{tag}",
         *(["--event-log-handler", "otel"] if with_otel else []),
+        *extra_args,
         str(common.ROOT / "examples" / "train.py"),
     ]
     t0 = time.perf_counter()
@@ -255,6 +258,7 @@ def run(quick: bool) -> dict[str, Any]:
                 "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint,
                 "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
                 "ELASTIC_OTEL_JOB_ID": "benchmark",
+                "TRAIN_OTEL": "0",  # the agents' bridge only, not the script's own spans
             }
         )
         for i in range(reps):

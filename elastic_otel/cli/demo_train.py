@@ -19,6 +19,8 @@ Environment:
   TRAIN_WAIT_FOR_WORLD idle (up to TRAIN_WAIT_SECONDS, default 120) while the world is
                        smaller than this, so that an elastic scale-up restarts the workers
   TRAIN_OTEL           0: no spans of its own (default: when the agent gave it TRACEPARENT)
+  TRAIN_EVENTS_FILE    append "<start|fail> <global rank> <restart> <unix time>" lines to it
+                       (the recovery benchmark reads them)
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ from torch.distributed.elastic.multiprocessing.errors import record
 import elastic_otel
 
 
+def _note(event: str, rank: int, restart: int) -> None:
+    path = os.environ.get("TRAIN_EVENTS_FILE")
+    if path:
+        with open(path, "a") as f:  # one short write: whole lines even with several writers
+            f.write(f"{event} {rank} {restart} {time.time():.6f}\n")
+
+
 def _fail_once(rank: int, restart: int) -> None:
     fail_rank = os.environ.get("TRAIN_FAIL_RANK", "")
     if not fail_rank or int(fail_rank) != rank:
@@ -43,6 +52,7 @@ def _fail_once(rank: int, restart: int) -> None:
     marker = pathlib.Path(os.environ.get("TRAIN_FAIL_ONCE_DIR", ".")) / f"failed-rank{rank}"
     if not marker.exists():
         marker.write_text(str(restart))
+        _note("fail", rank, restart)
         raise RuntimeError(f"injected failure on rank {rank} (restart {restart})")
 
 
@@ -52,6 +62,7 @@ def main() -> None:
     telemetry = elastic_otel.start_worker_telemetry() if traced else None
     tracer = trace.get_tracer("elastic_otel.demo_train")
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    _note("start", int(os.environ["RANK"]), restart)
     before_init = os.environ.get("TRAIN_FAIL_BEFORE_INIT") == "1"
     if before_init:
         _fail_once(int(os.environ["RANK"]), restart)

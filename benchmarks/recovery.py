@@ -1,0 +1,97 @@
+"""Section 7: the bridge must not slow recovery.
+
+Interleaved runs of the same real job, without and with ``--event-log-handler otel`` (the
+agents export to a counting OTLP/gRPC receiver in its own process): two torchrun agents on
+localhost (c10d, gloo, CPU, one worker each, ``examples/train.py``, ``--max-restarts=1``);
+global rank 1 fails once before the process group exists (``TRAIN_FAIL_BEFORE_INIT``), its
+agent restarts the group, the other agent restarts for the re-join.
+
+The training script notes when rank 1 failed and when each restarted worker began
+(``TRAIN_EVENTS_FILE``), so the same clock measures both variants: **recovery** = the last
+restarted worker's start - the failure, i.e. until the whole job runs again (both agents
+noticed, stopped, re-rendezvoused and started their workers, which imported torch).
+``TRAIN_OTEL=0``: the script adds no spans of its own, so what differs is the agents' bridge.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+from benchmarks.startup import torchrun_job
+
+
+def recovery_seconds(events_file: Path) -> float | None:
+    """Last restarted worker start - first failure, from the script's notes (None: missing)."""
+    fails, restarted = [], []
+    for line in events_file.read_text().splitlines():
+        event, _rank, restart, when = line.split()
+        if event == "fail":
+            fails.append(float(when))
+        elif event == "start" and int(restart) > 0:
+            restarted.append(float(when))
+    if not fails or len(restarted) < 2:
+        return None
+    return max(restarted) - min(fails)
+
+
+def run(quick: bool) -> dict[str, Any]:
+    from benchmarks.receiver import ReceiverProcess
+
+    reps = 1 if quick else 6
+    names = ("without --event-log-handler", "--event-log-handler otel")
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    with ReceiverProcess("grpc") as rx, tempfile.TemporaryDirectory() as tmp:
+        for i in range(reps):
+            for with_otel, name in zip((False, True), names, strict=True):
+                work = Path(tmp) / f"{i}-{int(with_otel)}"
+                work.mkdir()
+                events = work / "events.txt"
+                env = common.clean_env(
+                    {
+                        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+                        "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint,
+                        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                        "ELASTIC_OTEL_JOB_ID": "benchmark-recovery",
+                        "TRAIN_OTEL": "0",
+                        "TRAIN_FAIL_RANK": "1",
+                        "TRAIN_FAIL_BEFORE_INIT": "1",
+                        "TRAIN_FAIL_ONCE_DIR": str(work),
+                        "TRAIN_EVENTS_FILE": str(events),
+                    }
+                )
+                job = torchrun_job(with_otel, env, f"r{i}{int(with_otel)}", ("--max-restarts=1",))
+                job["recovery_s"] = recovery_seconds(events) if events.exists() else None
+                runs[name].append(job)
+        received = rx.stats()["records"]
+    out: dict[str, Any] = {"reps": reps, "received": received, "variants": {}}
+    for name, jobs in runs.items():
+        rec = [j["recovery_s"] for j in jobs if j["ok"] and j["recovery_s"] is not None]
+        walls = [j["wall_s"] for j in jobs if j["ok"]]
+        out["variants"][name] = {
+            "recovery": common.summarize(rec),
+            "recoveries": rec,
+            "wall": common.summarize(walls),
+            "all_ok": all(j["ok"] for j in jobs) and len(rec) == len(jobs),
+            "failure": next((j["tail"] for j in jobs if not j["ok"]), ""),
+        }
+    base, otel = (out["variants"][name] for name in names)
+    for what in ("recovery", "wall"):
+        for key in ("median", "mean", "min"):
+            a, b = otel[what].get(key, math.nan), base[what].get(key, math.nan)
+            r = a / b if b and math.isfinite(a) and math.isfinite(b) else math.nan
+            out[f"{what}_ratio_{key}"] = r if math.isfinite(r) else None
+    # paired: each rep's two runs ran back to back on the same machine state
+    pairs = [
+        (o["recovery_s"], b["recovery_s"])
+        for o, b in zip(runs[names[1]], runs[names[0]], strict=True)
+        if o["recovery_s"] and b["recovery_s"]
+    ]
+    out["recovery_ratio_paired_median"] = (
+        statistics.median(o / b for o, b in pairs) if pairs else None
+    )
+    return out
