@@ -8,7 +8,7 @@ agent restarts the group, the other agent restarts for the re-join.
 
 The training script notes when rank 1 failed and when each restarted worker began
 (``TRAIN_EVENTS_FILE``), so the same clock measures both variants: **recovery** = the last
-restarted worker's start - the failure, i.e. until the whole job runs again (both agents
+worker start after the failure - the failure, i.e. until the whole job runs again (both agents
 noticed, stopped, re-rendezvoused and started their workers, which imported torch).
 ``TRAIN_OTEL=0``: the script adds no spans of its own, so what differs is the agents' bridge.
 """
@@ -26,17 +26,24 @@ from benchmarks.startup import torchrun_job
 
 
 def recovery_seconds(events_file: Path) -> float | None:
-    """Last restarted worker start - first failure, from the script's notes (None: missing)."""
-    fails, restarted = [], []
+    """The failure to the last worker start after it (every rank once), from the script's
+    notes; ``None`` when they are incomplete. (A rank restarted for the re-join keeps its
+    restart count: starts are told apart by time, not by count.)"""
+    fails: list[float] = []
+    starts: dict[str, list[float]] = {}
     for line in events_file.read_text().splitlines():
-        event, _rank, restart, when = line.split()
+        event, rank, _restart, when = line.split()
         if event == "fail":
             fails.append(float(when))
-        elif event == "start" and int(restart) > 0:
-            restarted.append(float(when))
-    if not fails or len(restarted) < 2:
+        elif event == "start":
+            starts.setdefault(rank, []).append(float(when))
+    if not fails:
         return None
-    return max(restarted) - min(fails)
+    failed = min(fails)
+    again = [min((t for t in ts if t > failed), default=None) for ts in starts.values()]
+    if len(again) < 2 or None in again:
+        return None
+    return max(t for t in again if t is not None) - failed
 
 
 def run(quick: bool) -> dict[str, Any]:

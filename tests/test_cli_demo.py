@@ -95,11 +95,24 @@ def test_demo_runs_a_job_with_a_failure_and_a_restart(tmp_path: Path) -> None:
     assert "job succeeded" in second[0]
     assert sum("SUCCEEDED" in line and " rank " in line for line in second) == 2
 
+    # The summary: what the restart cost, phase by phase, on each node.
+    assert f"SUMMARY · run {run_id} · wall " in text and "2 restarts cost " in text
+    restarts = [line for line in text.splitlines() if line.startswith("  restart at +")]
+    assert len(restarts) == 2 and any("worker_failure" in line for line in restarts)
+    for line in restarts:
+        assert all(f"{p} " in line for p in ("stop_workers", "rendezvous", "start_workers"))
+        assert "training resumed after" in line
+
     # The file the agents wrote, and the page.
     spans, logs = read_otlp_json(out)
-    assert sum(s["name"] == "agent.run" for s in spans) == 2
-    assert {s["attributes"].get(A.RUN_ID) for s in spans} == {run_id}
-    assert len({s["resource"]["service.instance.id"] for s in spans}) == 2  # two processes
+    agents = [s for s in spans if s["name"] == "agent.run"]
+    assert len(agents) == 2
+    assert {s["attributes"][A.RUN_ID] for s in spans if A.RUN_ID in s["attributes"]} == {run_id}
+    assert len({s["resource"]["service.instance.id"] for s in agents}) == 2  # two processes
+    # the training script's own spans, in its worker span (it exports to the same file)
+    by_id = {s["span_id"]: s for s in spans}
+    own = [s for s in spans if s["name"] in ("init_process_group", A.SPAN_WORKER_FIRST_STEP)]
+    assert own and all(by_id[s["parent_span_id"]]["name"] == A.SPAN_WORKER for s in own)
     assert any(r["event_name"] == "torchelastic.rendezvous.joined" for r in logs)
     assert "<script" in page.read_text() and f"{len(spans)} spans" in text
 

@@ -5,7 +5,9 @@ Each rendezvous round lists its nodes (``host.name`` + ``process.pid`` + ``local
 join, how long they waited, their rank and the world size, and below each node its workers
 (``worker`` spans: global rank, final state, exit code, error). Failures and restarts are
 spelled out. Without rendezvous spans (a replayed ``console`` log has none) rounds fall back
-to the traces the agents' events produced, and nodes to the emitting process.
+to the traces the agents' events produced, and nodes to the emitting process. Above the
+rounds, a summary per run says where the job's time went and what each restart cost
+(:mod:`elastic_otel.cli.timeline_summary`).
 
 :func:`build_timeline` builds the model, :func:`render_text` the terminal table;
 :mod:`elastic_otel.cli.timeline_html` renders the same model as one HTML page.
@@ -22,6 +24,7 @@ from typing import Any
 
 from elastic_otel import attributes as A
 from elastic_otel.cli.otlp_json_reader import OtlpJsonError, decode_line
+from elastic_otel.cli.timeline_summary import RunSummary, render_summary, summarize
 from elastic_otel.constants import STATUS_PREFIX
 from elastic_otel.snapshots import HEARTBEAT
 
@@ -32,6 +35,8 @@ LOST = "LOST"
 """Worker states drawn as failures (``REPLACED`` counts too when its span has ERROR status)."""
 
 _AGENT_STEPS = frozenset({A.SPAN_AGENT_RENDEZVOUS, A.SPAN_AGENT_ASSIGN_RANKS})
+# What a node row shows; a recovery's phases and the training scripts' spans are summarized.
+_ROW_SPANS = _AGENT_STEPS | {A.SPAN_WORKER, A.SPAN_AGENT_RUN}
 _ERROR_SEVERITY = 17
 
 
@@ -127,6 +132,7 @@ class Timeline:
     t0_ns: int
     t1_ns: int
     errors: list[ErrorNote] = field(default_factory=list)
+    runs: list[RunSummary] = field(default_factory=list)
 
     @property
     def nodes(self) -> list[str]:
@@ -151,7 +157,8 @@ def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline
     rdzv = [s for s in spans if s["name"] in (A.SPAN_RDZV_JOIN, A.SPAN_RDZV_MEMBER)]
     for span in sorted(rdzv, key=lambda s: s["start_ns"]):
         builder.add_rendezvous(span)
-    others = [s for s in spans if s["name"] not in (A.SPAN_RDZV_JOIN, A.SPAN_RDZV_MEMBER)]
+    recoveries = {s["span_id"] for s in spans if s["name"] == A.SPAN_AGENT_RECOVERY}
+    others = [s for s in spans if s["name"] in _ROW_SPANS and s["parent_span_id"] not in recoveries]
     for span in sorted(others, key=lambda s: s["start_ns"]):
         builder.add_agent_span(span)
     rounds = builder.finish()
@@ -160,6 +167,7 @@ def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline
     times = [t for t in times if t]
     timeline = Timeline(rounds, min(times, default=0), max(times, default=0))
     timeline.errors = _errors(logs, builder)
+    timeline.runs = summarize(spans)
     return timeline
 
 
@@ -167,7 +175,8 @@ def lost_spans(spans: list[Item], logs: list[Item]) -> list[Item]:
     """Spans known only from open-span snapshots (``partial.event`` = ``heartbeat``): their
     process never ended them. Each is its latest snapshot, ended at the time its process was
     last heard of (its latest record of any kind) and marked ``torchelastic.lost``."""
-    final = {(s["trace_id"], s["span_id"]) for s in spans}
+    # By span id: a recovery's snapshots carry the trace of the round it left, its end the next.
+    final = {s["span_id"] for s in spans}
     latest: dict[tuple[str, str], tuple[int, Item]] = {}
     heard: dict[str, int] = {}
     for s in spans:
@@ -185,7 +194,7 @@ def lost_spans(spans: list[Item], logs: list[Item]) -> list[Item]:
             continue  # a snapshot someone else wrote differently: not ours to show
         for span in snapshot:
             key = (span["trace_id"], span["span_id"])
-            if key not in final and record["time_ns"] >= latest.get(key, (0, span))[0]:
+            if span["span_id"] not in final and record["time_ns"] >= latest.get(key, (0, span))[0]:
                 latest[key] = (record["time_ns"], span)
     lost = []
     for snapshot_ns, span in latest.values():
@@ -478,6 +487,8 @@ def render_text(timeline: Timeline, color: bool = False) -> str:
         f"{count(len(timeline.nodes), 'node')}, {count(n_workers, 'worker run')}, "
         f"{(timeline.t1_ns - t0) / 1e9:.3f}s from {started[:-3]} UTC",
     ]
+    if timeline.runs:
+        lines += ["", *render_summary(timeline.runs, rel)]
     for rnd in timeline.rounds:
         head = [rnd.label.upper(), f"run {rnd.run_id}"]
         if rnd.world_size is not None:

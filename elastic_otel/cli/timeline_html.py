@@ -14,14 +14,18 @@ import json
 from typing import Any
 
 from elastic_otel.cli.timeline import Bar, NodeRow, Timeline, WorkerRow
+from elastic_otel.cli.timeline_summary import render_summary
 
 
 def render_html(timeline: Timeline, title: str = "elastic-otel timeline") -> str:
     data = timeline_data(timeline)
     payload = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    t0 = timeline.t0_ns
+    runs = render_summary(timeline.runs, lambda ns: f"+{(ns - t0) / 1e9:.3f}s")
     return (
         _PAGE.replace("__TITLE__", html.escape(title))
+        .replace("__RUNS__", html.escape("\n".join(runs)))
         .replace("__CSS__", _CSS)
         .replace("__DATA__", payload)
         .replace("__JS__", _JS)
@@ -126,6 +130,7 @@ window.onerror = function (message, source, line) {
   <div id="summary"></div>
 </header>
 <div id="js-errors"></div>
+<section id="run-summary"><pre>__RUNS__</pre></section>
 <div id="legend"></div>
 <main id="chart"><noscript>This timeline is drawn by JavaScript.</noscript></main>
 <section id="errors"></section>
