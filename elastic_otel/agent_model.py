@@ -66,7 +66,7 @@ _OBSERVED_STEPS = {  # the bridge's own (agent_instrumentation), recorded at sta
     "STOP_WORKERS": A.SPAN_AGENT_STOP_WORKERS,
     "START_WORKERS": A.SPAN_AGENT_START_WORKERS,
 }
-RESTART = "RESTART_WORKERS"  # observed too: the whole recovery
+_RESTART = "RESTART_WORKERS"  # observed too: the whole recovery
 _WAIT_KIND = {"EXIT_BARRIER": "exit_barrier", "STOP_WORKERS": "stop_workers"}
 _RECOVERY_KEYS = (A.RECOVERY_CAUSE, A.RECOVERY_DETECTION_MS)
 _WAIT_CONTEXT = frozenset({A.RUN_ID, A.RANK, A.HOST_NAME, A.ROLE, A.AGENT_RESTARTS})
@@ -246,7 +246,7 @@ class AgentModel:
                 self._worker_end(agent, ev, trace, parent, out)
         elif ev.state in _AGENT_STEPS:
             self._agent_step(agent, ev, trace, parent, out)
-        elif ev.state == RESTART and ev.attributes.get(A.PHASE) in ("start", "end"):
+        elif ev.state == _RESTART and ev.attributes.get(A.PHASE) in ("start", "end"):
             self._recovery(agent, ev, trace, parent, out)
         elif ev.state in _OBSERVED_STEPS and ev.attributes.get(A.PHASE) in ("start", "end"):
             self._observed_step(agent, ev, trace, parent, out)
@@ -350,14 +350,9 @@ class AgentModel:
                 if key in ev.attributes:
                     span.attributes[key] = ev.attributes[key]
             failed = agent.failed
-            if failed is not None and span.attributes.get(A.RECOVERY_CAUSE) != (
-                A.CAUSE_MEMBERSHIP_CHANGE
-            ):
-                rank = failed.attributes.get(A.GLOBAL_RANK)
-                attrs: SpanAttributes = {A.STATE: "FAILED"}
-                if rank is not None:
-                    attrs[A.GLOBAL_RANK] = rank
-                span.links.append(SpanLink(failed.trace_id, failed.span_id, attrs))
+            cause = span.attributes.get(A.RECOVERY_CAUSE)
+            if failed is not None and cause != A.CAUSE_MEMBERSHIP_CHANGE:
+                span.links.append(_failure_link(failed))
             if parent:  # the member span of the round it leaves
                 span.links.append(SpanLink(trace, parent, {}))
             agent.recovery = Recovery(span)
@@ -405,9 +400,7 @@ class AgentModel:
             # torchrun turns SIGTERM/SIGINT into SignalException("... got signal: 15")
             self.terminated_by = f"process terminated ({ev.error.message.strip()[:80]})"
             reason, killed = self.terminated_by, True
-        self._end_workers(agent, t, out, "TERMINATED", reason, error=killed)
-        self._end_steps(agent, t, out, reason, error=killed)
-        self._end_recovery(agent, t, out, reason, error=killed)
+        self._end_everything(agent, t, out, "TERMINATED", reason, killed)
         span = self._span(A.SPAN_AGENT_RUN, agent.start_ns or t, ev, trace, 0)
         span.links = [link for link in agent.links if link.trace_id != trace]
         if ev.state == "FAILED":
@@ -523,15 +516,19 @@ class AgentModel:
         stay known, so that their later events (torch's FAILED) keep their start and trace."""
         state = "TERMINATED" if error else "UNKNOWN"
         for agent in self.agents.values():
-            self._end_workers(agent, t, out, state, reason, error=error)
-            self._end_steps(agent, t, out, reason, error)
-            self._end_recovery(agent, t, out, reason, error)
+            self._end_everything(agent, t, out, state, reason, error)
 
     def evict_oldest(self, t: int, out: Output) -> None:
         _, agent = self.agents.popitem(last=False)
-        self._end_workers(agent, t, out, "UNKNOWN", "evicted: state limit reached")
-        self._end_steps(agent, t, out, "evicted: state limit reached", False)
-        self._end_recovery(agent, t, out, "evicted: state limit reached", False)
+        self._end_everything(agent, t, out, "UNKNOWN", "evicted: state limit reached", False)
+
+    def _end_everything(
+        self, agent: Agent, t: int, out: Output, state: str, reason: str, error: bool
+    ) -> None:
+        """End an agent's open spans: its workers (as ``state``), steps and recovery."""
+        self._end_workers(agent, t, out, state, reason, error=error)
+        self._end_steps(agent, t, out, reason, error)
+        self._end_recovery(agent, t, out, reason, error)
 
 
 def _back_dated(t: int, duration_ms: float | None) -> int:
@@ -546,10 +543,16 @@ def _stopped_by_agent(span: SpanRecord, failed: SpanRecord | None) -> None:
         return
     rank = failed.attributes.get(A.GLOBAL_RANK)
     span.attributes[A.END_REASON] = f"stopped by the agent after global rank {rank} failed"
-    link_attrs: SpanAttributes = {A.STATE: "FAILED"}
+    span.links.append(_failure_link(failed))
+
+
+def _failure_link(failed: SpanRecord) -> SpanLink:
+    """A link to a failed worker's span, saying what it is."""
+    attrs: SpanAttributes = {A.STATE: "FAILED"}
+    rank = failed.attributes.get(A.GLOBAL_RANK)
     if rank is not None:
-        link_attrs[A.GLOBAL_RANK] = rank
-    span.links.append(SpanLink(failed.trace_id, failed.span_id, link_attrs))
+        attrs[A.GLOBAL_RANK] = rank
+    return SpanLink(failed.trace_id, failed.span_id, attrs)
 
 
 def agent_attributes(ev: ElasticEvent) -> SpanAttributes:
