@@ -343,21 +343,10 @@ def _at_exit(state: _Installed) -> None:
 def _provider() -> tuple[MeterProvider, bool]:
     from opentelemetry import metrics as metrics_api
     from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 
-    from elastic_otel.pipeline import build_resource, exporter_class, exporter_names
+    from elastic_otel.pipeline import build_meter_provider, build_resource
 
     app = metrics_api.get_meter_provider()
     if isinstance(app, MeterProvider):
         return app, False
-    readers: list[Any] = []
-    for name in exporter_names("metrics"):
-        cls = exporter_class("metrics", name)
-        if isinstance(cls, type) and issubclass(cls, MetricReader):
-            readers.append(cls())
-        else:
-            readers.append(PeriodicExportingMetricReader(cls()))
-    provider = MeterProvider(
-        resource=build_resource(), metric_readers=readers, shutdown_on_exit=False
-    )
-    return provider, True
+    return build_meter_provider(build_resource()), True

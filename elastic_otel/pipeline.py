@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace as trace_api
 from opentelemetry._logs import Logger, get_logger_provider
@@ -47,6 +47,9 @@ from elastic_otel.delivery import (
     SpanOutageBuffer,
     install_export_warnings,
 )
+
+if TYPE_CHECKING:  # the metrics SDK is imported when metrics are installed
+    from opentelemetry.sdk.metrics import MeterProvider
 
 _logger = logging.getLogger(__name__)
 
@@ -124,6 +127,21 @@ def exporter_class(signal: str, name: str) -> Any:
     for ep in entry_points(group=_ENTRY_POINT_GROUP[signal], name=name):
         return ep.load()
     raise ValueError(f"unknown {signal} exporter {name!r} in {_SIGNAL_ENV[signal]}")
+
+
+def build_meter_provider(resource: Resource) -> MeterProvider:
+    """A ``MeterProvider`` with a reader per ``OTEL_METRICS_EXPORTER`` entry (an exporter gets
+    a ``PeriodicExportingMetricReader``: ``OTEL_METRIC_EXPORT_INTERVAL``); shut down by its
+    owner within the exit bound, not by the SDK's own exit hook."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+
+    readers: list[MetricReader] = []
+    for name in exporter_names("metrics"):
+        cls = exporter_class("metrics", name)
+        is_reader = isinstance(cls, type) and issubclass(cls, MetricReader)
+        readers.append(cls() if is_reader else PeriodicExportingMetricReader(cls()))
+    return MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
 
 
 def load_exporter(signal: str, name: str) -> Any:

@@ -136,11 +136,15 @@ def start_worker_telemetry(attach: bool = True) -> WorkerTelemetry:
     :func:`worker_context` current on this thread."""
     from opentelemetry import context, metrics, trace
     from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from elastic_otel.pipeline import build_resource, exporter_class, exporter_names, load_exporter
+    from elastic_otel.pipeline import (
+        build_meter_provider,
+        build_resource,
+        exporter_names,
+        load_exporter,
+    )
 
     owned: list[Any] = []
     resource = build_resource(_worker_resource())
@@ -151,14 +155,7 @@ def start_worker_telemetry(attach: bool = True) -> WorkerTelemetry:
         trace.set_tracer_provider(tracer_provider)
         owned.append(tracer_provider)
     if not isinstance(metrics.get_meter_provider(), MeterProvider):
-        readers: list[MetricReader] = []
-        for name in exporter_names("metrics"):
-            cls = exporter_class("metrics", name)
-            is_reader = isinstance(cls, type) and issubclass(cls, MetricReader)
-            readers.append(cls() if is_reader else PeriodicExportingMetricReader(cls()))
-        meter_provider = MeterProvider(
-            resource=resource, metric_readers=readers, shutdown_on_exit=False
-        )
+        meter_provider = build_meter_provider(resource)
         metrics.set_meter_provider(meter_provider)
         owned.append(meter_provider)
     if attach:
