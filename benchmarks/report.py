@@ -600,9 +600,16 @@ def _startup(st: dict[str, Any]) -> list[str]:
             f"{_x(tr['ratio_mean'], 3)}, min {_x(tr['ratio_min'], 3)}.",
             "",
         ]
-        for name, v in tr["variants"].items():
-            if v.get("failure"):
-                lines += [f"A `{name}` run failed:", "", "```", v["failure"][-4000:], "```", ""]
+        lines += _failures(tr["variants"])
+    return lines
+
+
+def _failures(variants: dict[str, dict[str, Any]]) -> list[str]:
+    """The output of a failed run of each variant, if any."""
+    lines: list[str] = []
+    for name, v in variants.items():
+        if v.get("failure"):
+            lines += [f"A `{name}` run failed:", "", "```", v["failure"][-4000:], "```", ""]
     return lines
 
 
@@ -641,10 +648,7 @@ def _recovery(rec: dict[str, Any]) -> list[str]:
         f"Whole failing job: median {_x(rec['wall_ratio_median'], 3)}.",
         "",
     ]
-    for name, v in rec["variants"].items():
-        if v.get("failure"):
-            lines += [f"A `{name}` run failed:", "", "```", v["failure"][-4000:], "```", ""]
-    return lines
+    return lines + _failures(rec["variants"])
 
 
 def _memory(mem: dict[str, Any]) -> list[str]:

@@ -124,10 +124,10 @@ class OtelHandler(logging.Handler):
         Waits at most ``timeout_s``; ``None`` when the bridge has no trace model to ask
         (not started, traces off) or it did not answer in time.
         """
-        worker = self._worker
-        sink = worker.sink if worker is not None else None
-        if worker is None or worker.closed or not isinstance(sink, Conversion):
+        running = self._running()
+        if running is None or running[0].closed:
             return None
+        worker, sink = running
         answer: list[WorkerLaunch | None] = []
         if not worker.call(
             lambda: answer.append(sink.reserve_workers(run_id, local_ranks)), timeout_s
@@ -138,15 +138,21 @@ class OtelHandler(logging.Handler):
     def observe_spans(self, observer: SpanObserver | None) -> None:
         """Have ``observer`` see every batch of ended spans, on the worker thread."""
         self._span_observer = observer
-        worker = self._worker
-        if worker is not None and isinstance(worker.sink, Conversion):
-            worker.sink.span_observer = observer
+        running = self._running()
+        if running is not None:
+            running[1].span_observer = observer
 
     def current_stalls(self) -> dict[str, float]:
         """Longest current wait per ``torchelastic.stalled.in`` kind, in seconds (0: none)."""
+        running = self._running()
+        return running[1].current_stalls() if running is not None else {}
+
+    def _running(self) -> tuple[EventWorker, Conversion] | None:
+        """The worker thread and the conversion it feeds, once started."""
         worker = self._worker
-        sink = worker.sink if worker is not None else None
-        return sink.current_stalls() if isinstance(sink, Conversion) else {}
+        if worker is None or not isinstance(worker.sink, Conversion):
+            return None
+        return worker, worker.sink
 
     def all_stats(self) -> dict[str, int]:
         """This handler's counters and its pipeline's delivery counters."""
@@ -239,10 +245,10 @@ class OtelHandler(logging.Handler):
         try:
             deadline = time.monotonic() + self._exit_timeout
             with bridge_section():
-                worker = self._worker
-                sink = worker.sink if worker is not None else None
-                if worker is None or not isinstance(sink, Conversion):
+                running = self._running()
+                if running is None:
                     return
+                worker, sink = running
 
                 def end_open_spans() -> None:
                     if not worker.closed:  # shutdown got there first: nothing is open

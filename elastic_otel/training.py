@@ -81,7 +81,7 @@ def mark_first_step(
     from elastic_otel.version import __version__
 
     now = time.time_ns()
-    started = _env_ns(env.ELASTIC_OTEL_WORKER_START_UNIX_NANO) or now
+    started = max(0, env.env_int(env.ELASTIC_OTEL_WORKER_START_UNIX_NANO, 0)) or now
     cause = os.environ.get(env.ELASTIC_OTEL_RECOVERY_CAUSE, "")
     attrs: dict[str, Any] = {A.RECOVERY_CAUSE: cause} if cause else {}
     tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(
@@ -91,7 +91,7 @@ def mark_first_step(
         A.SPAN_WORKER_FIRST_STEP, worker_context(), attributes=attrs, start_time=min(started, now)
     )
     span.end(end_time=now)
-    recovery_start = _env_ns(env.ELASTIC_OTEL_RECOVERY_START_UNIX_NANO)
+    recovery_start = max(0, env.env_int(env.ELASTIC_OTEL_RECOVERY_START_UNIX_NANO, 0))
     if cause and recovery_start and os.environ.get("LOCAL_RANK", "0") == "0":
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(
             A.INSTRUMENTATION_SCOPE, __version__
@@ -103,13 +103,6 @@ def mark_first_step(
             trace.set_span_in_context(span),
         )
     return True
-
-
-def _env_ns(name: str) -> int:
-    try:
-        return max(0, int(os.environ.get(name, "0")))
-    except ValueError:
-        return 0
 
 
 class WorkerTelemetry:

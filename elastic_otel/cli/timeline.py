@@ -24,7 +24,13 @@ from typing import Any
 
 from elastic_otel import attributes as A
 from elastic_otel.cli.otlp_json_reader import OtlpJsonError, decode_line
-from elastic_otel.cli.timeline_summary import RunSummary, render_summary, summarize
+from elastic_otel.cli.timeline_summary import (
+    RunSummary,
+    instance_id,
+    node_name,
+    render_summary,
+    summarize,
+)
 from elastic_otel.constants import STATUS_PREFIX
 from elastic_otel.snapshots import HEARTBEAT
 
@@ -180,7 +186,7 @@ def lost_spans(spans: list[Item], logs: list[Item]) -> list[Item]:
     latest: dict[tuple[str, str], tuple[int, Item]] = {}
     heard: dict[str, int] = {}
     for s in spans:
-        instance = _instance(s)
+        instance = instance_id(s)
         heard[instance] = max(heard.get(instance, 0), s["end_ns"])
     for record in logs:
         instance = str(record["resource"].get("service.instance.id", ""))
@@ -198,7 +204,7 @@ def lost_spans(spans: list[Item], logs: list[Item]) -> list[Item]:
                 latest[key] = (record["time_ns"], span)
     lost = []
     for snapshot_ns, span in latest.values():
-        last_heard = max(heard.get(_instance(span), 0), snapshot_ns)
+        last_heard = max(heard.get(instance_id(span), 0), snapshot_ns)
         attrs = {**span["attributes"], A.LOST: True}
         if span["name"] == A.SPAN_WORKER:
             attrs[A.STATE] = LOST
@@ -238,7 +244,7 @@ class _Builder:
         pid = _int(attrs.get(A.PROCESS_PID))
         local_id = _int(attrs.get(A.LOCAL_ID))
         node_key = (run_id, host, pid, local_id)
-        row = self._row(round_key, node_key, _node_label(host, pid, local_id))
+        row = self._row(round_key, node_key, node_name(host, pid, local_id))
         row.host, row.pid = host, pid
         bar = Bar(span["name"], span["start_ns"], span["end_ns"], span["status_code"])
         if attrs.get(A.LOST):
@@ -256,7 +262,7 @@ class _Builder:
             row.world_size = _int(attrs.get(A.WORLD_SIZE))
             rnd.world_size = row.world_size
         self.trace_round.setdefault(span["trace_id"], round_key)
-        instance = _instance(span)
+        instance = instance_id(span)
         if instance:
             self.instance_node[instance] = node_key
         self.span_node[span["span_id"]] = row.label
@@ -286,7 +292,7 @@ class _Builder:
     def _unparented_row(self, span: Item, run_id: str) -> NodeRow:
         """agent.run, or spans of a source without rendezvous events."""
         attrs = span["attributes"]
-        instance = _instance(span)
+        instance = instance_id(span)
         round_key = self.trace_round.get(span["trace_id"])
         if round_key is None:
             restarts = _int(attrs.get(A.AGENT_RESTARTS))
@@ -415,15 +421,6 @@ def _errors(logs: list[Item], builder: _Builder) -> list[ErrorNote]:
         )
     notes.sort(key=lambda n: n.time_ns)
     return notes
-
-
-def _instance(span: Item) -> str:
-    return str(span.get("resource", {}).get("service.instance.id", ""))
-
-
-def _node_label(host: str, pid: int | None, local_id: int | None) -> str:
-    label = f"{host or '?'} pid {pid}" if pid is not None else host or "?"
-    return f"{label}/{local_id}" if local_id else label
 
 
 def _int(value: Any) -> int | None:

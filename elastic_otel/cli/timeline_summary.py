@@ -81,7 +81,7 @@ def summarize(spans: Iterable[Item]) -> list[RunSummary]:
     spans = list(spans)
     by_id = {s["span_id"]: s for s in spans}
     labels = {  # the process of a span → its node, as its rendezvous spans name it
-        _instance(s): node_label(s) for s in spans if s["name"] == A.SPAN_RDZV_JOIN
+        instance_id(s): node_label(s) for s in spans if s["name"] == A.SPAN_RDZV_JOIN
     }
     labels.pop("", None)
     runs: dict[str, list[Item]] = {}
@@ -127,7 +127,7 @@ def _summary(
         ]
         summary.recoveries.append(
             Recovery(
-                labels.get(_instance(span)) or node_label(span),
+                labels.get(instance_id(span)) or node_label(span),
                 span["start_ns"],
                 span["end_ns"],
                 str(attrs.get(A.RECOVERY_CAUSE, "") or "unknown"),
@@ -166,15 +166,21 @@ def union_ns(spans: Iterable[Item]) -> int:
     return total
 
 
-def _instance(span: Item) -> str:
+def instance_id(span: Item) -> str:
+    """The process that emitted ``span`` (its resource's ``service.instance.id``)."""
     return str(span.get("resource", {}).get("service.instance.id", ""))
+
+
+def node_name(host: object, pid: object, local_id: int | None = None) -> str:
+    """How the timeline names a node: ``host pid N`` (``/local_id`` when not 0)."""
+    label = f"{host or '?'} pid {pid}" if pid is not None else str(host or "?")
+    return f"{label}/{local_id}" if local_id else label
 
 
 def node_label(span: Item) -> str:
     attrs, resource = span["attributes"], span.get("resource", {})
-    host = attrs.get(A.HOST_NAME) or resource.get(A.HOST_NAME) or "?"
-    pid = attrs.get(A.PROCESS_PID, resource.get(A.PROCESS_PID))
-    return f"{host} pid {pid}" if pid is not None else str(host)
+    host = attrs.get(A.HOST_NAME) or resource.get(A.HOST_NAME)
+    return node_name(host, attrs.get(A.PROCESS_PID, resource.get(A.PROCESS_PID)))
 
 
 def render_summary(summaries: list[RunSummary], rel: Any) -> list[str]:
