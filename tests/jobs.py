@@ -28,7 +28,10 @@ class Agent:
             out, _ = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            out, _ = self.proc.communicate()
+            try:
+                out, _ = self.proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:  # its workers (own sessions) hold the pipe open
+                out = ""
             raise AssertionError(f"torchrun did not finish in {timeout}s:\n{out[-4000:]}") from None
         return self.proc.returncode, out
 

@@ -60,6 +60,11 @@ def test_lost_host_is_shown_lost_with_its_last_heard_time(
         grpc_receiver.wait_for_logs(
             2, timeout=60, where=lambda r: r["body"] == "torchelastic.worker.status.START"
         )
+        # and both workers are connected to each other (the training script's own span):
+        # killed before that, the survivor's worker would wait in init for gloo's 30 min
+        grpc_receiver.wait_for_spans(
+            2, timeout=60, where=lambda s: s["name"] == "init_process_group"
+        )
 
         def doomed_member_snapshot(record: dict) -> bool:
             if record["attributes"].get(A.PARTIAL_EVENT) != "heartbeat":
