@@ -19,6 +19,7 @@ SECTION_TITLES = (
     "## 5. Memory",
     "## 6. Scale on paper",
     "## 7. Recovery",
+    "## 8. Fork guard",
 )
 
 LABELS = {
@@ -189,6 +190,16 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                 f"({_x(rec['recovery_ratio_paired_median'], 3)} paired)",
                 "≤ 1.02x",
                 rec["recovery_ratio_median"] <= 1.02,
+            )
+        )
+    fk = results.get("fork") or {}
+    if fk.get("ratio_median") is not None:
+        rows.append(
+            (
+                "8. fork of a bridged process, guard on ÷ off",
+                f"{_x(fk['ratio_median'], 3)} median ({fk['added_ms_median']:+.2f} ms)",
+                "≤ 1.10x",
+                fk["ratio_median"] <= 1.10,
             )
         )
     mem = results.get("memory") or {}
@@ -651,6 +662,33 @@ def _recovery(rec: dict[str, Any]) -> list[str]:
     return lines + _failures(rec["variants"])
 
 
+def _fork(fk: dict[str, Any]) -> list[str]:
+    lines = [
+        SECTION_TITLES[9],
+        "",
+        "A process with the bridge running (torch, three c10d stores, OTLP/gRPC to an "
+        f"unreachable collector: {fk['threads_in_parent']['guard on']} threads) forks "
+        f"{fk['forks']} children that exit at once, timed from `os.fork()` to `waitpid`, with "
+        "`ELASTIC_OTEL_FORK_GUARD` on and off, interleaved (`benchmarks/fork.py`). On: the "
+        "parent starts a decoy per thread before each fork and the child parks a thread on "
+        "each stack the parent left behind (`elastic_otel/fork_safety.py`).",
+        "",
+    ]
+    lines += _table(
+        ["variant", "median ms", "mean", "p90", "max"],
+        (
+            (name, _f(v["median"], 2), _f(v["mean"], 2), _f(v["p90"], 2), _f(v["max"], 2))
+            for name, v in fk["variants"].items()
+        ),
+    )
+    lines += [
+        f"Fork round trip, on ÷ off: median {_x(fk['ratio_median'], 3)} "
+        f"({fk['added_ms_median']:+.2f} ms).",
+        "",
+    ]
+    return lines
+
+
 def _memory(mem: dict[str, Any]) -> list[str]:
     cfg = mem["config"]
     lines = [
@@ -854,6 +892,7 @@ def render(results: dict[str, Any]) -> str:
         ("memory", lambda: _memory(results["memory"])),
         ("scale", lambda: _scale(results["scale"])),
         ("recovery", lambda: _recovery(results["recovery"])),
+        ("fork", lambda: _fork(results["fork"])),
     ]
     errors = results.get("errors", {})
     for i, (key, fn) in enumerate(sections):

@@ -37,7 +37,7 @@ def package_fingerprint(root: Path | None = None) -> str:
     return digest.hexdigest()[:16]
 
 
-SECTIONS = ("caller", "exit", "throughput", "startup", "memory", "scale", "recovery")
+SECTIONS = ("caller", "exit", "throughput", "startup", "memory", "scale", "recovery", "fork")
 
 
 def _stream_description(quick: bool) -> dict[str, int]:
@@ -49,7 +49,16 @@ def _stream_description(quick: bool) -> dict[str, int]:
 
 def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, Any]:
     """Run the chosen sections in order; a failing section is recorded, not fatal."""
-    from benchmarks import caller_cost, exit_delay, memory, recovery, scale, startup, throughput
+    from benchmarks import (
+        caller_cost,
+        exit_delay,
+        fork,
+        memory,
+        recovery,
+        scale,
+        startup,
+        throughput,
+    )
 
     results: dict[str, Any] = {"errors": {}}
     runners = {
@@ -60,6 +69,7 @@ def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, 
         "memory": lambda: memory.run(quick),
         "scale": lambda: scale.run(quick, _scale_inputs(results)),
         "recovery": lambda: recovery.run(quick),
+        "fork": lambda: fork.run(quick),
     }
     results["load"] = {}
     for name in sections:

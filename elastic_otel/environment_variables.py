@@ -70,6 +70,10 @@ a WARN stall report says so, repeated at that interval while it lasts (default `
 turns reports off)."""
 DEFAULT_STALL_AFTER_S = 60.0
 
+ELASTIC_OTEL_FORK_GUARD = "ELASTIC_OTEL_FORK_GUARD"
+"""``false``: no fork guard (:mod:`elastic_otel.fork_safety`); a forked child of a bridged
+process may then hang where it would crash without the bridge (default ``true``)."""
+
 ELASTIC_OTEL_RAW_LIMIT = "ELASTIC_OTEL_RAW_LIMIT"
 """Characters of unparseable input kept on the flagged log record (default ``4096``)."""
 

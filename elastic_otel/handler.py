@@ -29,6 +29,7 @@ from elastic_otel import process_exit
 from elastic_otel.conversion import Conversion, SpanObserver
 from elastic_otel.counters import ALL_KEYS, EventCounters
 from elastic_otel.event_worker import EventWorker, bridge_section, inside_bridge
+from elastic_otel.fork_safety import GUARD as FORK_GUARD
 from elastic_otel.parsing import DEFAULT_RAW_LIMIT, safe_text
 from elastic_otel.trace_ids import job_salt
 from elastic_otel.tracing import DEFAULT_MAX_TRACKED, TraceModel, WorkerLaunch
@@ -58,6 +59,8 @@ class OtelHandler(logging.Handler):
         self._traces = env.env_flag(env.ELASTIC_OTEL_TRACES, True)
         self._start_lock = threading.Lock()
         self._new_process()
+        if env.env_flag(env.ELASTIC_OTEL_FORK_GUARD, True):
+            FORK_GUARD.watch()  # first: its hook must run in a child before any that starts threads
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork_in_child)
 
@@ -170,6 +173,7 @@ class OtelHandler(logging.Handler):
         with self._start_lock:
             if self._started:
                 return
+            FORK_GUARD.reserve_inherited_stacks()  # before this process's first bridge thread
             with bridge_section():
                 emitter = self._build_pipeline()
             conversion = Conversion(
@@ -194,6 +198,7 @@ class OtelHandler(logging.Handler):
             self._worker = EventWorker(conversion, self.counters, queue_size)
             self._worker.start()
             process_exit.install(self.shutdown, self.terminate)
+            FORK_GUARD.bridge_running = True
             self._started = True
 
     def _build_pipeline(self) -> Emitter | None:

@@ -1,0 +1,125 @@
+"""Fork safety: threads the bridge brings into a forked child never take a thread id that an
+object inherited from the parent still holds.
+
+After ``fork()`` only the forking thread exists in the child, but glibc keeps the stacks of the
+parent's other threads in its stack cache and hands them to the next threads the child starts.
+A thread's ``pthread_t`` is the address of its descriptor on that stack, so a new thread in the
+child gets the id of a parent thread that does not exist here. torch's ``TCPStore`` joins its
+libuv daemon thread by id when it is destroyed; a store the child inherited (often garbage the
+parent had not collected yet) joins, on destruction, whatever thread now has that id. Without
+the bridge that id names nothing (``EINVAL``, torch aborts at once) or a detached Python thread
+(the same). With the bridge it could name one of gRPC's joinable threads (its timer thread, its
+event-engine pool), started in the child to export telemetry: ``join`` then waits forever with
+the GIL held, no Python signal handler runs again, and a fast crash becomes a silent hang
+(seen in torch's own agent tests with the collector unreachable: ``TCPStore::~TCPStore`` →
+``~LibUVStoreDaemon`` → ``std::thread::join`` on ``grpc_global_timer``).
+
+So in a forked child, before the bridge starts any thread there (at fork when the parent's
+bridge was running, else when the child's bridge starts), the bridge parks one idle daemon
+thread on each stack the parent's threads left behind. Every thread started later, the
+bridge's, gRPC's, torch's, gets a fresh stack and an id no inherited object holds; an
+inherited store's ``join`` meets a parked, detached thread and fails fast with ``EINVAL``, as
+it does without the bridge. Nothing changes when or where garbage is collected, so a job's
+outcome is its outcome without the bridge. The parked threads only wait on an event; their
+cost (one thread start each, no new stack memory) is in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+_logger = logging.getLogger("elastic_otel")
+
+_THREAD_NAME = "elastic-otel-fork-stack"
+
+
+def count_threads() -> int:
+    """Threads of this process, native ones included (0 where the OS does not say)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
+
+
+class ForkGuard:
+    """Keeps the stacks the parent's threads leave in a forked child away from new threads.
+
+    One per process (:data:`GUARD`); :meth:`watch` hooks it into ``os.fork`` once.
+    """
+
+    def __init__(self) -> None:
+        self._hooked = False
+        self._lock = threading.Lock()
+        self.bridge_running = False  # set by the bridge once it has started its threads
+        self._threads_at_fork = 0
+        self._decoys: threading.Event | None = None
+        self.left_behind = 0  # stacks the parent's threads left in this child's stack cache
+        self.reserved = 0
+        self._parked = threading.Event()
+
+    def watch(self) -> None:
+        """Guard every fork from now on (idempotent)."""
+        with self._lock:
+            if self._hooked or not hasattr(os, "register_at_fork"):
+                return
+            self._hooked = True
+        os.register_at_fork(
+            before=self._before_fork,
+            after_in_parent=self._after_fork_in_parent,
+            after_in_child=self._after_fork_in_child,
+        )
+
+    def _before_fork(self) -> None:
+        if self.bridge_running:
+            # gRPC restarts its threads inside fork(), before any Python code runs in the
+            # child, on the stacks of the parent's newest threads (glibc reuses them newest
+            # first). Decoys started now are the newest: gRPC's threads take their ids.
+            self._decoys = _park(count_threads(), "elastic-otel-fork-decoy")
+        self._threads_at_fork = count_threads()
+
+    def _after_fork_in_parent(self) -> None:
+        decoys, self._decoys = self._decoys, None
+        if decoys is not None:
+            decoys.set()
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()  # another thread may have held it at fork
+        self._parked = threading.Event()
+        self._decoys = None
+        self.left_behind = max(0, self._threads_at_fork - 1)
+        self.reserved = 0
+        running, self.bridge_running = self.bridge_running, False
+        if running:
+            # The SDK's own fork hooks are about to restart the parent's export threads here.
+            self.reserve_inherited_stacks()
+
+    def reserve_inherited_stacks(self) -> int:
+        """In a forked child: park a thread on each stack the parent's threads left behind and
+        no thread of the child took yet. Returns how many were parked; never raises."""
+        with self._lock:
+            free = self.left_behind - self.reserved - max(0, count_threads() - 1)
+            if free <= 0:
+                return 0
+            if _park(free, _THREAD_NAME, self._parked) is None:
+                return 0
+            self.reserved += free
+            return free
+
+
+def _park(n: int, name: str, event: threading.Event | None = None) -> threading.Event | None:
+    """Start ``n`` daemon threads that wait on ``event`` (a new one by default); ``None`` if
+    they could not all start (e.g. at interpreter shutdown). Never raises."""
+    event = threading.Event() if event is None else event
+    try:
+        for _ in range(n):
+            threading.Thread(target=event.wait, name=name, daemon=True).start()
+    except Exception:
+        _logger.debug("elastic-otel: fork guard threads not started", exc_info=True)
+        return None
+    return event
+
+
+GUARD = ForkGuard()
+"""This process's guard: glibc's stack cache, like the threads in it, is process-wide."""
