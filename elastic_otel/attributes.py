@@ -1,8 +1,8 @@
 """Attribute keys, span names and enumerations the bridge emits.
 
 All project-specific keys share one namespace, ``torchelastic.*``; host, process and
-exception data use the OpenTelemetry semantic-convention names. The README's attribute
-table lists every key with its meaning.
+exception data use the OpenTelemetry semantic-convention names. ``docs/attributes.md`` lists
+every key with its meaning (checked by ``tests/test_docs.py``).
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ PET_EVENT_LOG_HANDLER = "PET_EVENT_LOG_HANDLER"
 
 # Scheduler job ids used as trace-id salt when ELASTIC_OTEL_JOB_ID is unset, in this order.
 # Kubernetes sets no job id in the environment: map the Job's uid through the downward API
-# (see README, "Trace model").
+# (see docs/trace-model.md).
 SCHEDULER_JOB_ID_VARIABLES = (
     "SLURM_JOB_ID",
     "LSB_JOBID",  # IBM LSF
@@ -92,7 +92,7 @@ SCHEDULER_JOB_ID_VARIABLES = (
 
 # Scheduler attempt counters used when ELASTIC_OTEL_JOB_ATTEMPT is unset. Slurm counts requeues
 # of one job id; LSF, PBS and Flux expose no count (a resubmission there is a new job id).
-# Kubernetes: map JobSet's restart attempt through the downward API (see README, "Trace model").
+# Kubernetes: map JobSet's restart attempt through the downward API (see docs/trace-model.md).
 SCHEDULER_ATTEMPT_VARIABLES = ("SLURM_RESTART_COUNT",)
 
 ELASTIC_OTEL_METRICS = "ELASTIC_OTEL_METRICS"

@@ -1,4 +1,4 @@
-"""The package's structure as the README's layout section describes it, checked on the source.
+"""The package's structure as docs/architecture.md (Layout) describes it, checked on the source.
 
 Imports run one way (no module reaches back to one that imports it, not even from inside a
 function), the runtime never imports the command-line tools, no module imports another's
