@@ -36,9 +36,9 @@ def _variables_in_code() -> set[str]:
     names = set()
     for tree in SOURCES.values():
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                if VARIABLE.match(node.value):
-                    names.add(node.value)
+            value = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(value, str) and VARIABLE.match(value):
+                names.add(value)
     return names
 
 
