@@ -1,4 +1,4 @@
-"""Section 8: the fork guard's cost (:mod:`elastic_otel.fork_safety`).
+"""Section 8: the fork guard's cost (:mod:`elastic_otel.bridge.fork_safety`).
 
 A process with the bridge running (torch imported, a few c10d stores open, OTLP/gRPC to an
 unreachable collector, so gRPC's threads are up) forks children that exit at once; the
@@ -37,7 +37,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
             port = s.getsockname()[1]
         stores.append(TCPStore("127.0.0.1", port, 1, True, use_libuv=True))
     time.sleep(0.5)  # the exporters have tried the collector: gRPC's threads exist
-    from elastic_otel.fork_safety import GUARD, count_threads
+    from elastic_otel.bridge.fork_safety import GUARD, count_threads
 
     threads = count_threads()
     times = []

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from benchmarks.common import ratio
-from elastic_otel.tracing import DEFAULT_MAX_TRACKED
+from elastic_otel.model.trace_model import DEFAULT_MAX_TRACKED
 
 SECTION_TITLES = (
     "## Machine",
@@ -671,7 +671,7 @@ def _fork(fk: dict[str, Any]) -> list[str]:
         f"{fk['forks']} children that exit at once, timed from `os.fork()` to `waitpid`, with "
         "`ELASTIC_OTEL_FORK_GUARD` on and off, interleaved (`benchmarks/fork.py`). On: the "
         "parent starts a decoy per thread before each fork and the child parks a thread on "
-        "each stack the parent left behind (`elastic_otel/fork_safety.py`).",
+        "each stack the parent left behind (`elastic_otel/bridge/fork_safety.py`).",
         "",
     ]
     lines += _table(
@@ -799,8 +799,8 @@ def _scale(sc: dict[str, Any]) -> list[str]:
     lines += [
         "**One collector must absorb all of it per round.** Every node derives the same trace "
         "id for a rendezvous round without talking to the others: `trace_id = "
-        "blake2b(job salt, run_id, round)` (`elastic_otel/trace_ids.py`), and every log record "
-        "of that round carries it (keep-alive logs carry the member span's context). Scaled "
+        "blake2b(job salt, run_id, round)` (`elastic_otel/model/trace_ids.py`), and every log "
+        "record of that round carries it (keep-alive logs carry the member span's context). Scaled "
         "out, the agent tier (`collector-config/gateway-agent.yaml`: one collector per node or "
         "rack, any number) routes spans *and* logs with the `loadbalancing` exporter, "
         "`routing_key: traceID`, over a consistent-hash ring of the backend collectors "

@@ -56,10 +56,10 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
     from opentelemetry.sdk.trace import SpanProcessor
 
     from benchmarks import events as ev
-    from elastic_otel.emitter import Emitter
-    from elastic_otel.parsing import parse_event
-    from elastic_otel.pipeline import build_resource
-    from elastic_otel.tracing import TraceModel
+    from elastic_otel.emit.emitter import Emitter
+    from elastic_otel.emit.pipeline import build_resource
+    from elastic_otel.model.trace_model import TraceModel
+    from elastic_otel.parsing.torch_events import parse_event
 
     class Collect(LogRecordProcessor, SpanProcessor):  # type: ignore[misc]
         def __init__(self) -> None:

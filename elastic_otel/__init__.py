@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
-    from elastic_otel.handler import OtelHandler
-    from elastic_otel.training import WorkerTelemetry
+    from elastic_otel.bridge.handler import OtelHandler
+    from elastic_otel.worker.training import WorkerTelemetry
 
 from elastic_otel.version import __version__
 
@@ -55,7 +55,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # Lazy: the torchelastic 0.2 event handler is imported only when asked for.
     if name == "OtelEventHandler":
-        from elastic_otel.torchelastic_events import OtelEventHandler
+        from elastic_otel.integration.torchelastic_events import OtelEventHandler
 
         return OtelEventHandler
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -63,21 +63,21 @@ def __getattr__(name: str) -> Any:
 
 def register(route_rendezvous: bool | None = None, start: bool = True) -> OtelHandler:
     """Register the ``otel`` destination with torch (see :func:`registration.register`)."""
-    from elastic_otel.registration import register as register_with_torch
+    from elastic_otel.integration.registration import register as register_with_torch
 
     return register_with_torch(route_rendezvous=route_rendezvous, start=start)
 
 
 def unregister() -> None:
     """Put torch's own event destinations back."""
-    from elastic_otel.registration import unregister as unregister_from_torch
+    from elastic_otel.integration.registration import unregister as unregister_from_torch
 
     unregister_from_torch()
 
 
 def get_handler() -> OtelHandler:
-    """The process-wide :class:`~elastic_otel.handler.OtelHandler`."""
-    from elastic_otel.handler import get_handler as process_handler
+    """The process-wide :class:`~elastic_otel.bridge.handler.OtelHandler`."""
+    from elastic_otel.bridge.handler import get_handler as process_handler
 
     return process_handler()
 
@@ -88,7 +88,7 @@ def flush(timeout_s: float | None = None) -> bool:
 
 
 def stats() -> dict[str, int]:
-    """Counters of the bridge (see :mod:`elastic_otel.counters`): events received, processed,
+    """Counters of the bridge (see :mod:`elastic_otel.names.counters`): events received, processed,
     unparsed, dropped (queue full, after shutdown), records exported, export failures, records
     dropped during a collector outage or at exit."""
     return get_handler().all_stats()
@@ -96,22 +96,23 @@ def stats() -> dict[str, int]:
 
 def worker_context() -> Context:
     """In a worker torchrun started: the context of its rank's ``worker`` span
-    (:func:`elastic_otel.training.worker_context`)."""
-    from elastic_otel.training import worker_context as from_environment
+    (:func:`elastic_otel.worker.training.worker_context`)."""
+    from elastic_otel.worker.training import worker_context as from_environment
 
     return from_environment()
 
 
 def mark_first_step() -> bool:
-    """In a worker: its first training step (:func:`elastic_otel.training.mark_first_step`)."""
-    from elastic_otel.training import mark_first_step as mark
+    """In a worker: its first training step
+    (:func:`elastic_otel.worker.training.mark_first_step`)."""
+    from elastic_otel.worker.training import mark_first_step as mark
 
     return mark()
 
 
 def start_worker_telemetry(attach: bool = True) -> WorkerTelemetry:
     """In a worker: export its spans and metrics from the ``OTEL_*`` variables
-    (:func:`elastic_otel.training.start_worker_telemetry`)."""
-    from elastic_otel.training import start_worker_telemetry as start
+    (:func:`elastic_otel.worker.training.start_worker_telemetry`)."""
+    from elastic_otel.worker.training import start_worker_telemetry as start
 
     return start(attach)

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from otlp_receiver import OtlpReceiver
 
 if TYPE_CHECKING:
-    from elastic_otel.handler import OtelHandler
+    from elastic_otel.bridge.handler import OtelHandler
 
 DATA = Path(__file__).parent / "data"
 
@@ -60,7 +60,7 @@ def make_logger() -> Iterator:
     made: list[OtelHandler] = []
 
     def make() -> tuple[logging.Logger, OtelHandler]:
-        from elastic_otel.handler import OtelHandler
+        from elastic_otel.bridge.handler import OtelHandler
 
         handler = OtelHandler()
         made.append(handler)
@@ -73,3 +73,12 @@ def make_logger() -> Iterator:
     yield make
     for handler in made:
         handler.shutdown()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/e2e/ is marked ``e2e`` (real torchrun jobs, receivers, collectors):
+    ``pytest tests/unit`` and ``pytest -m "not e2e"`` run the same fast tests."""
+    e2e = Path(__file__).parent / "e2e"
+    for item in items:
+        if e2e in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)

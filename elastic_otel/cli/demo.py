@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from elastic_otel import attributes as A
-from elastic_otel import environment_variables as env
 from elastic_otel.cli.otlp_json_reader import OtlpJsonError, decode_line, read_otlp_json
-from elastic_otel.cli.timeline import build_timeline, render_text, use_color
-from elastic_otel.constants import STATUS_PREFIX
-from elastic_otel.logs import rendezvous_event_name
-from elastic_otel.parsing import RdzvAction
+from elastic_otel.cli.timeline.build import build_timeline, render_text, use_color
+from elastic_otel.model.logs import rendezvous_event_name
+from elastic_otel.names import attributes as A
+from elastic_otel.names import environment_variables as env
+from elastic_otel.names.torch_names import STATUS_PREFIX
+from elastic_otel.parsing.torch_events import RdzvAction
 
 DEFAULT_OUT = "elastic-otel-demo.jsonl"
 ENDPOINT_VARIABLES = (
@@ -504,7 +504,7 @@ def _show_timeline(cfg: DemoConfig, stream: IO[str]) -> None:
     stream.write(f"\n[demo] wrote {len(spans)} spans and {len(logs)} log records to {cfg.out}\n\n")
     stream.write(render_text(timeline, color=use_color(stream)))
     if cfg.html is not None:
-        from elastic_otel.cli.timeline_html import render_html
+        from elastic_otel.cli.timeline.html import render_html
 
         cfg.html.write_text(render_html(timeline), encoding="utf-8")
         stream.write(f"\n[demo] timeline page: {cfg.html}\n")

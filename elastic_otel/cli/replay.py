@@ -5,8 +5,9 @@ often carry them behind a prefix (``[default0]:``, a glog header ``I1121 23:23:4
 torch/...api.py:1028] ``). :class:`Replayer` streams each file in blocks, looks only at the
 lines that contain ``"name"`` (which every serialized event does), finds each ``Event`` /
 ``RdzvEvent`` object anywhere in such a line, and feeds them through the same
-:func:`~elastic_otel.parsing.parse_event`, :class:`~elastic_otel.tracing.TraceModel` and
-:class:`~elastic_otel.emitter.Emitter` as the live bridge: one model per file, since one file
+:func:`~elastic_otel.parsing.torch_events.parse_event`,
+:class:`~elastic_otel.model.trace_model.TraceModel` and
+:class:`~elastic_otel.emit.emitter.Emitter` as the live bridge: one model per file, since one file
 is one agent's log.
 
 An event's time is its own timestamp when it has one, else the timestamp of its log line's
@@ -36,13 +37,13 @@ from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from elastic_otel import environment_variables as env
-from elastic_otel.emitter import Emitter
-from elastic_otel.otlp_json import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter
-from elastic_otel.parsing import EventKind, parse_event
-from elastic_otel.pipeline import Pipeline, build_resource
-from elastic_otel.spans import Output
-from elastic_otel.tracing import TraceModel
+from elastic_otel.emit.emitter import Emitter
+from elastic_otel.emit.otlp_json import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter
+from elastic_otel.emit.pipeline import Pipeline, build_resource
+from elastic_otel.model.spans import Output
+from elastic_otel.model.trace_model import TraceModel
+from elastic_otel.names import environment_variables as env
+from elastic_otel.parsing.torch_events import EventKind, parse_event
 from elastic_otel.version import __version__
 
 STDIN = "-"
@@ -502,7 +503,7 @@ def capture_export_problems() -> Iterator[ExportProblems]:
 
 
 class PipelineSink:
-    """The environment's pipeline (:func:`elastic_otel.pipeline.build_pipeline`) as a sink."""
+    """The environment's pipeline (:func:`elastic_otel.emit.pipeline.build_pipeline`) as a sink."""
 
     def __init__(self, pipeline: Pipeline, description: str) -> None:
         self.pipeline = pipeline

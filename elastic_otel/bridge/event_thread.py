@@ -1,0 +1,264 @@
+"""The bridge's worker thread: the one consumer of the event queue and owner of the trace model.
+
+torch's threads only append to a bounded deque (:meth:`EventThread.put`); one thread takes
+events off it and hands them to a :class:`Sink` (parsing, the trace model, emission). The
+worker polls every 50 ms and torch's thread wakes it only for a backlog: waking a sleeping
+thread per event costs the caller a futex call and often a context switch.
+
+Closing is a request to the worker, not work done beside it: :meth:`EventThread.close` asks
+the worker to process what is queued and then :meth:`Sink.close` (end open spans), and waits.
+Events that arrive afterwards, and those still queued when the exit timeout runs out, are
+counted (``dropped_after_shutdown``), never fed to a model being closed on another thread.
+Only when no worker thread runs (it could not be started, or was lost at interpreter
+shutdown) does the caller process inline, under a lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+from elastic_otel.names import environment_variables as env
+from elastic_otel.names.counters import EventCounters
+
+_logger = logging.getLogger("elastic_otel")
+
+_POLL_S = 0.05
+_WAKE_BACKLOG = 256
+_bridge_thread = threading.local()
+
+
+class Sink(Protocol):
+    """What the worker feeds: called on the worker thread only."""
+
+    def process(self, payload: object, created: float) -> None:
+        """Convert and emit one event recorded at ``created`` (seconds since the epoch)."""
+
+    def close(self, reason: str, error: bool) -> None:
+        """End everything still open; no :meth:`process` call follows."""
+
+    def tick(self, now_ns: int) -> None:
+        """Called every poll interval (50 ms) with the wall clock: time-driven output."""
+
+
+def inside_bridge() -> bool:
+    """Whether this thread is running bridge code (a log record it causes must not loop back)."""
+    return bool(getattr(_bridge_thread, "inside", False))
+
+
+@contextmanager
+def bridge_section() -> Iterator[None]:
+    """Mark this thread as running bridge code (see :func:`inside_bridge`)."""
+    previous = inside_bridge()
+    _bridge_thread.inside = True
+    try:
+        yield
+    finally:
+        _bridge_thread.inside = previous
+
+
+class EventThread:
+    """A bounded queue from torch's threads to one worker thread feeding ``sink``."""
+
+    def __init__(self, sink: Sink, counters: EventCounters, queue_size: int) -> None:
+        self.sink = sink
+        self.counters = counters
+        self.queue_size = max(1, queue_size)
+        self._queue: deque[tuple[object, float]] = deque()
+        self._wake = threading.Event()
+        self._idle = threading.Condition(threading.Lock())
+        self._busy = False
+        self._inline = threading.Lock()  # processing when no worker thread runs
+        self._calls: deque[_Call] = deque()
+        self._appended = 0  # events put on the queue (approximate: torch's threads race it)
+        self._taken = 0  # events taken off it, by the owner thread only
+        self._closed = threading.Event()
+        self._stopped = False
+        self._warned_drop = False
+        self._warned_error = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="elastic-otel", daemon=True)
+        try:
+            self._thread.start()
+        except RuntimeError:  # interpreter shutting down: events are processed inline
+            self._thread = None
+
+    # --- torch's threads --------------------------------------------------------------------
+
+    def put(self, payload: object, created: float) -> None:
+        """Queue one event; never blocks. Past the bound, or once closed, it is counted."""
+        if self._closed.is_set():
+            self.counters.dropped_after_shutdown += 1
+            return
+        queue = self._queue
+        if len(queue) >= self.queue_size:
+            self.counters.dropped_queue_full += 1
+            if not self._warned_drop:
+                self._warned_drop = True
+                _logger.warning(
+                    "elastic-otel: event queue full (%d); dropping events, see "
+                    "elastic_otel.stats() (raise %s)",
+                    self.queue_size,
+                    env.ELASTIC_OTEL_QUEUE_SIZE,
+                )
+            return
+        queue.append((payload, created))
+        self._appended += 1
+        if self._closed.is_set():  # closed between the check above and the append
+            self._drop_queued()
+            return
+        if len(queue) >= _WAKE_BACKLOG and not self._wake.is_set():
+            self._wake.set()
+
+    # --- any thread -------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    @property
+    def thread_alive(self) -> bool:
+        """Whether the worker thread runs (else events are processed inline)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until everything queued so far was processed; ``False`` on timeout."""
+        if not self.thread_alive:
+            with self._inline, bridge_section():
+                self._process_queue()
+            return True
+        deadline = time.monotonic() + timeout_s
+        self._wake.set()
+        with self._idle:
+            while self._queue or self._busy:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._idle.wait(min(remaining, _POLL_S))
+                self._wake.set()
+        return True
+
+    def call(self, fn: Callable[[], None], timeout_s: float) -> bool:
+        """Run ``fn`` on the owner thread once what is queued now was processed, and wait.
+
+        ``False`` on timeout: ``fn`` may still run later; the caller must not touch the
+        sink's state meanwhile. Never raises what ``fn`` raises (it is counted).
+        """
+        call = _Call(fn, self._appended)
+        if not self.thread_alive:
+            with self._inline, bridge_section():
+                self._process_queue()
+                call.run(self.counters)
+            return True
+        self._calls.append(call)
+        self._wake.set()
+        return call.done.wait(timeout_s)
+
+    def close(self, reason: str, error: bool, timeout_s: float) -> bool:
+        """Process what is queued, then close the sink, on the worker; ``False`` on timeout.
+
+        On timeout the sink is left alone (the worker may still be inside it); what it had
+        not processed is lost with the process, and counted by the pipeline at its shutdown.
+        """
+        if self._closed.is_set():
+            return True
+
+        def close_sink() -> None:
+            try:
+                self.sink.close(reason, error)
+            finally:
+                self._closed.set()
+
+        if self.call(close_sink, timeout_s):
+            return True
+        # Out of time (a backlog, or a worker stuck in an export): what is still queued will
+        # not be processed; count it, and whatever comes later, instead of losing it silently.
+        self._closed.set()
+        self._drop_queued()
+        return False
+
+    def _drop_queued(self) -> None:
+        """Count what is queued as dropped at shutdown (each item is popped by one thread)."""
+        queue = self._queue
+        while True:
+            try:
+                queue.popleft()
+            except IndexError:
+                return
+            self.counters.dropped_after_shutdown += 1
+
+    def stop(self) -> None:
+        """Let the worker thread end (after :meth:`close`)."""
+        self._stopped = True
+        self._wake.set()
+
+    # --- the worker thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        _bridge_thread.inside = True
+        while not self._stopped:
+            self._wake.wait(_POLL_S)
+            self._wake.clear()
+            with self._idle:
+                self._busy = True
+            try:
+                self._process_queue()
+                while self._calls:
+                    self._calls.popleft().run(self.counters)
+                    self._process_queue()  # after a close: counted, not processed
+                if not self._closed.is_set():
+                    self.sink.tick(time.time_ns())
+            except BaseException:  # keep the worker alive whatever happens
+                self.counters.internal_errors += 1
+            finally:
+                with self._idle:
+                    self._busy = False
+                    self._idle.notify_all()
+
+    def _process_queue(self) -> None:
+        queue, calls, closed = self._queue, self._calls, self._closed
+        while queue:
+            if closed.is_set():  # put() raced the close, or the exit ran out of time
+                self._drop_queued()
+                return
+            if calls and self._taken >= calls[0].after:
+                return  # what was queued before the call is done: the call goes first
+            try:
+                payload, created = queue.popleft()
+            except IndexError:
+                return
+            self._taken += 1
+            try:
+                self.sink.process(payload, created)
+            except Exception:
+                self.counters.internal_errors += 1
+                if not self._warned_error:
+                    self._warned_error = True
+                    _logger.warning("elastic-otel: failed to convert an event", exc_info=True)
+
+
+class _Call:
+    """A function to run on the owner thread, and the event its caller waits on."""
+
+    __slots__ = ("after", "done", "fn")
+
+    def __init__(self, fn: Callable[[], None], after: int) -> None:
+        self.fn = fn
+        self.after = after  # run once this many events were taken off the queue
+        self.done = threading.Event()
+
+    def run(self, counters: EventCounters) -> None:
+        try:
+            self.fn()
+        except Exception:
+            counters.internal_errors += 1
+            _logger.warning("elastic-otel: failed to end open spans", exc_info=True)
+        finally:
+            self.done.set()

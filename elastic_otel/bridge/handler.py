@@ -1,0 +1,313 @@
+"""The ``otel`` destination: a :class:`logging.Handler` that never slows the job it observes.
+
+torch calls :meth:`OtelHandler.emit` on its agent thread, its keep-alive timer thread, or
+wherever an event is recorded. ``emit`` only appends the message and its creation time to a
+bounded queue (:mod:`elastic_otel.bridge.event_thread`; no parsing, no lock held across I/O, no
+network) and returns. The worker thread converts (:mod:`elastic_otel.bridge.conversion`) and feeds
+the SDK's batch processors, which export on their own threads.
+
+The SDK pipeline is built once, on the thread of the first event or in :meth:`start`, never
+on the worker thread, so that building it cannot race interpreter shutdown. At exit the queue
+is drained, open spans are ended and marked, and the pipeline is flushed, all within
+``ELASTIC_OTEL_EXIT_TIMEOUT`` seconds (:mod:`elastic_otel.bridge.process_exit`).
+
+The process-wide handler, the one torch's registry, the traced rendezvous backends and the
+torchelastic 0.2 handler share, is :func:`get_handler`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from elastic_otel.bridge import process_exit
+from elastic_otel.bridge.conversion import Conversion, SpanObserver
+from elastic_otel.bridge.event_thread import EventThread, bridge_section, inside_bridge
+from elastic_otel.bridge.fork_safety import GUARD as FORK_GUARD
+from elastic_otel.model.trace_ids import job_salt
+from elastic_otel.model.trace_model import DEFAULT_MAX_TRACKED, TraceModel, WorkerLaunch
+from elastic_otel.names import environment_variables as env
+from elastic_otel.names.counters import ALL_KEYS, EventCounters
+from elastic_otel.parsing.torch_events import DEFAULT_RAW_LIMIT, safe_text
+
+if TYPE_CHECKING:  # both import the OpenTelemetry SDK: only once the bridge starts
+    from elastic_otel.emit.emitter import Emitter
+    from elastic_otel.emit.pipeline import Pipeline
+
+_logger = logging.getLogger("elastic_otel")
+
+PipelineFactory = Callable[[], "Pipeline | None"]
+
+
+class OtelHandler(logging.Handler):
+    """The bridge handler registered as torch's ``otel`` event destination.
+
+    ``pipeline_factory`` builds the :class:`~elastic_otel.emit.pipeline.Pipeline` (default: from
+    the environment); ``None`` from it means nothing is exported (events are still counted).
+    """
+
+    def __init__(self, pipeline_factory: PipelineFactory | None = None) -> None:
+        super().__init__(level=logging.NOTSET)
+        self._factory = pipeline_factory
+        self._exit_timeout = env.env_float(
+            env.ELASTIC_OTEL_EXIT_TIMEOUT, env.DEFAULT_EXIT_TIMEOUT_S
+        )
+        self._traces = env.env_flag(env.ELASTIC_OTEL_TRACES, True)
+        self._start_lock = threading.Lock()
+        self._new_process()
+        if env.env_flag(env.ELASTIC_OTEL_FORK_GUARD, True):
+            FORK_GUARD.watch()  # first: its hook must run in a child before any that starts threads
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        process_exit.after_fork_in_child()  # the parent's signal watcher is not the child's
+        self._new_process()
+
+    def _new_process(self) -> None:
+        # Also the child's state after fork: it must not inherit the parent's queue, model,
+        # (dead) worker thread, counts, or exporters (a gRPC channel does not survive fork).
+        # Its first event builds its own pipeline, as the parent's did.
+        self.counters = EventCounters()
+        self._pipeline: Pipeline | None = None
+        self._worker: EventThread | None = None
+        self._started = False
+        self._closed = False  # shutdown began: no more flushes
+        self._span_observer: SpanObserver | None = None
+
+    # --- torch-facing API -----------------------------------------------------------------
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.msg
+        if record.args:
+            try:
+                msg = record.getMessage()
+            except Exception as e:  # a bad %-format is still an event to show
+                msg = f"{safe_text(record.msg)} % {safe_text(record.args)} ({type(e).__name__})"
+        self._put(msg, record.created)
+
+    def info(self, event: object) -> None:
+        """torch documents ``get_logging_handler(dest).info(event)``; accept it."""
+        self._put(event, time.time())
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        # logging.Handler.handle takes the handler lock around emit; our emit is lock-free.
+        if self.filters and not self.filter(record):
+            return False
+        self.emit(record)
+        return True
+
+    def _put(self, payload: object, created: float) -> None:
+        if inside_bridge():
+            return  # a log record caused by our own emission: never re-enter
+        try:
+            if self._closed and not self._started:
+                self.counters.received += 1
+                self.counters.dropped_after_shutdown += 1  # shut down before it ever started
+                return
+            if not self._started:
+                self.start()
+            self.counters.received += 1
+            worker = self._worker
+            if worker is not None:
+                worker.put(payload, created)
+        except Exception:  # the training job must never see our failures
+            self.counters.internal_errors += 1
+
+    def worker_launch(
+        self, run_id: str, local_ranks: list[int], timeout_s: float = 0.5
+    ) -> WorkerLaunch | None:
+        """The trace context for the workers ``run_id``'s agent is about to start, chosen by
+        the worker thread once what is queued (the agent's last events) was processed.
+
+        Waits at most ``timeout_s``; ``None`` when the bridge has no trace model to ask
+        (not started, traces off) or it did not answer in time.
+        """
+        running = self._running()
+        if running is None or running[0].closed:
+            return None
+        worker, sink = running
+        answer: list[WorkerLaunch | None] = []
+        if not worker.call(
+            lambda: answer.append(sink.reserve_workers(run_id, local_ranks)), timeout_s
+        ):
+            return None
+        return answer[0] if answer else None
+
+    def observe_spans(self, observer: SpanObserver | None) -> None:
+        """Have ``observer`` see every batch of ended spans, on the worker thread."""
+        self._span_observer = observer
+        running = self._running()
+        if running is not None:
+            running[1].span_observer = observer
+
+    def current_stalls(self) -> dict[str, float]:
+        """Longest current wait per ``torchelastic.stalled.in`` kind, in seconds (0: none)."""
+        running = self._running()
+        return running[1].current_stalls() if running is not None else {}
+
+    def _running(self) -> tuple[EventThread, Conversion] | None:
+        """The worker thread and the conversion it feeds, once started."""
+        worker = self._worker
+        if worker is None or not isinstance(worker.sink, Conversion):
+            return None
+        return worker, worker.sink
+
+    def all_stats(self) -> dict[str, int]:
+        """This handler's counters and its pipeline's delivery counters."""
+        counters = dict.fromkeys(ALL_KEYS, 0)
+        counters.update(self.counters.as_dict())
+        pipeline = self._pipeline
+        if pipeline is not None:
+            counters.update(pipeline.counters())
+        return counters
+
+    # --- life cycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Build the pipeline and start the worker (idempotent; called on first event)."""
+        with self._start_lock:
+            if self._started:
+                return
+            FORK_GUARD.reserve_inherited_stacks()  # before this process's first bridge thread
+            with bridge_section():
+                emitter = self._build_pipeline()
+            conversion = Conversion(
+                TraceModel(
+                    salt=job_salt(),
+                    max_tracked=env.env_int(env.ELASTIC_OTEL_MAX_OPEN_SPANS, DEFAULT_MAX_TRACKED),
+                    heartbeat_logs=env.env_flag(env.ELASTIC_OTEL_HEARTBEAT_LOGS, True),
+                    stall_after_s=env.env_float(
+                        env.ELASTIC_OTEL_STALL_AFTER, env.DEFAULT_STALL_AFTER_S
+                    ),
+                ),
+                emitter,
+                self.counters,
+                traces=self._traces,
+                raw_limit=env.env_int(env.ELASTIC_OTEL_RAW_LIMIT, DEFAULT_RAW_LIMIT),
+                open_span_interval_s=env.env_float(
+                    env.ELASTIC_OTEL_OPEN_SPAN_INTERVAL, env.DEFAULT_OPEN_SPAN_INTERVAL_S
+                ),
+            )
+            conversion.span_observer = self._span_observer
+            queue_size = env.env_int(env.ELASTIC_OTEL_QUEUE_SIZE, env.DEFAULT_QUEUE_SIZE)
+            self._worker = EventThread(conversion, self.counters, queue_size)
+            self._worker.start()
+            process_exit.install(self.shutdown, self.terminate)
+            FORK_GUARD.bridge_running = True
+            self._started = True
+
+    def _build_pipeline(self) -> Emitter | None:
+        try:
+            if self._factory is not None:
+                self._pipeline = self._factory()
+            else:
+                from elastic_otel.emit.pipeline import build_pipeline
+
+                self._pipeline = build_pipeline()
+            if self._pipeline is None:
+                return None
+            from elastic_otel.emit.emitter import Emitter
+            from elastic_otel.version import __version__
+
+            p = self._pipeline
+            return Emitter(
+                p.logger, p.span_processor if self._traces else None, p.resource, __version__
+            )
+        except Exception as e:
+            _logger.warning("elastic-otel: telemetry disabled, set-up failed: %s", e)
+            self._pipeline = None
+            return None
+
+    def flush(self, timeout_s: float | None = None) -> bool:  # type: ignore[override]
+        """Process queued events and export them; ``True`` when all got out in time.
+
+        (``logging.Handler.flush`` returns nothing; ``logging.shutdown`` ignores the result.)
+        """
+        worker = self._worker
+        if self._closed or worker is None:
+            return worker is None or worker.closed  # logging.shutdown() flushes after our exit
+        timeout_s = self._exit_timeout if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        drained = worker.drain(timeout_s)
+        if self._pipeline is None:
+            return drained
+        return self._pipeline.flush(max(0.0, deadline - time.monotonic())) and drained
+
+    def terminate(self, reason: str) -> None:
+        """End the open spans as terminated by a signal (ERROR) and export them, bounded by
+        the exit timeout; unlike :meth:`shutdown`, events recorded later are still processed.
+
+        Called by the signal watcher (:mod:`elastic_otel.bridge.process_exit`) while the main thread
+        may be blocked in torch's C++ code, where torch's own signal handler cannot run yet.
+        """
+        if self._closed or not self._started:
+            return
+        try:
+            deadline = time.monotonic() + self._exit_timeout
+            with bridge_section():
+                running = self._running()
+                if running is None:
+                    return
+                worker, sink = running
+
+                def end_open_spans() -> None:
+                    if not worker.closed:  # shutdown got there first: nothing is open
+                        sink.terminate(reason)
+
+                worker.call(end_open_spans, self._exit_timeout * 0.5)
+                pipeline = self._pipeline
+                if pipeline is not None and not self._closed:
+                    pipeline.flush(max(0.05, deadline - time.monotonic()), stop_on_failure=True)
+        except Exception:  # the training job must never see our failures
+            self.counters.internal_errors += 1
+
+    def shutdown(self, reason: str = "process exit", error: bool = False) -> None:
+        """End open spans, flush, and stop exporting; bounded by the exit timeout."""
+        if self._closed:
+            return
+        self._closed = True
+        deadline = time.monotonic() + self._exit_timeout
+        with bridge_section():
+            worker = self._worker
+            if worker is not None:
+                worker.close(reason, error, self._exit_timeout * 0.5)
+                worker.stop()
+            pipeline = self._pipeline
+            if pipeline is None:
+                return
+            try:
+                pipeline.shutdown(max(0.05, deadline - time.monotonic()))
+            except Exception:
+                self.counters.internal_errors += 1
+            lost = pipeline.delivery.lost_at_exit
+            if lost and not pipeline.warnings.reported:
+                _logger.warning(
+                    "elastic-otel: %d telemetry records could not be exported before exit "
+                    "(collector unreachable)",
+                    lost,
+                )
+
+
+# --- the process-wide handler -----------------------------------------------------------------
+
+_lock = threading.Lock()
+_handler: OtelHandler | None = None
+
+
+def get_handler() -> OtelHandler:
+    """The process-wide bridge handler (created on first use, without starting the SDK)."""
+    global _handler
+    with _lock:
+        if _handler is None:
+            _handler = OtelHandler()
+        return _handler
+
+
+def current_handler() -> OtelHandler | None:
+    """The process-wide handler if one was made, without making one."""
+    return _handler

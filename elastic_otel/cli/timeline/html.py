@@ -1,0 +1,421 @@
+"""The timeline as one self-contained HTML page: a Gantt chart, inline CSS and JS, no network.
+
+Rows are nodes in join order, grouped by round, each followed by its workers. Bars are the
+join wait, the time in the round, the agent's rendezvous steps and each worker run; failures
+are red, restarts are marked on the time axis, and hovering a bar shows its details. The data
+is embedded as JSON and drawn by the script; script errors are written into the page
+(``#js-errors``) so that they are visible, also to a headless browser's ``--dump-dom``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from elastic_otel.cli.timeline.build import Bar, NodeRow, Timeline, WorkerRow
+from elastic_otel.cli.timeline.summary import render_summary
+
+
+def render_html(timeline: Timeline, title: str = "elastic-otel timeline") -> str:
+    data = timeline_data(timeline)
+    payload = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
+    payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    t0 = timeline.t0_ns
+    runs = render_summary(timeline.runs, lambda ns: f"+{(ns - t0) / 1e9:.3f}s")
+    return (
+        _PAGE.replace("__TITLE__", html.escape(title))
+        .replace("__RUNS__", html.escape("\n".join(runs)))
+        .replace("__CSS__", _CSS)
+        .replace("__DATA__", payload)
+        .replace("__JS__", _JS)
+    )
+
+
+def timeline_data(timeline: Timeline) -> dict[str, Any]:
+    """The JSON the page draws: times in seconds from the first event."""
+    t0 = timeline.t0_ns
+
+    def sec(ns: int | None) -> float | None:
+        return None if ns is None else round((ns - t0) / 1e9, 6)
+
+    def bar(b: Bar | None) -> dict[str, Any] | None:
+        if b is None:
+            return None
+        return {
+            "name": b.name,
+            "start": sec(b.start_ns),
+            "end": sec(b.end_ns),
+            "status": b.status,
+            "detail": b.detail,
+        }
+
+    def worker(w: WorkerRow) -> dict[str, Any]:
+        return {
+            "rank": w.global_rank,
+            "local_rank": w.local_rank,
+            "state": w.state,
+            "start": sec(w.start_ns),
+            "end": sec(w.end_ns),
+            "exit": w.exit_code,
+            "message": w.message,
+            "failed": w.failed,
+            "restarts": w.restarts,
+            "pid": w.pid,
+        }
+
+    def node(n: NodeRow) -> dict[str, Any]:
+        return {
+            "label": n.label,
+            "rank": n.rank,
+            "world_size": n.world_size,
+            "join": bar(n.join),
+            "member": bar(n.member),
+            "steps": [bar(s) for s in n.steps],
+            "workers": [worker(w) for w in n.workers],
+            "agent": (
+                {"state": n.agent_state, "end": sec(n.agent_end_ns), "message": n.agent_message}
+                if n.agent_state
+                else None
+            ),
+            "lost": sec(n.lost_ns),
+        }
+
+    return {
+        "runs": timeline.run_ids,
+        "t0_ms": t0 // 1_000_000,
+        "duration": sec(timeline.t1_ns) or 0.0,
+        "rounds": [
+            {
+                "label": r.label,
+                "run_id": r.run_id,
+                "world_size": r.world_size,
+                "note": r.restart_note,
+                "outcome": r.outcome,
+                "failed": r.failed,
+                "start": sec(r.start_ns),
+                "nodes": [node(n) for n in r.nodes],
+            }
+            for r in timeline.rounds
+        ],
+        "errors": [
+            {"time": sec(e.time_ns), "where": e.where, "message": e.message}
+            for e in timeline.errors
+        ],
+    }
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>__TITLE__</title>
+<style>__CSS__</style>
+<script>
+window.onerror = function (message, source, line) {
+  var box = document.getElementById("js-errors");
+  if (!box) { return false; }
+  var item = document.createElement("div");
+  item.className = "js-error";
+  item.textContent = "Script error: " + message + " (line " + line + ")";
+  box.appendChild(item);
+  return false;
+};
+</script>
+</head>
+<body>
+<header>
+  <h1>__TITLE__</h1>
+  <div id="summary"></div>
+</header>
+<div id="js-errors"></div>
+<section id="run-summary"><pre>__RUNS__</pre></section>
+<div id="legend"></div>
+<main id="chart"><noscript>This timeline is drawn by JavaScript.</noscript></main>
+<section id="errors"></section>
+<div id="tooltip" role="tooltip" hidden></div>
+<script id="timeline-data" type="application/json">__DATA__</script>
+<script>__JS__</script>
+</body>
+</html>
+"""
+
+_CSS = """
+:root { --label: 270px; --row: 22px; --fail: #d64541; --ok: #2e9d4f; --join: #f2b134;
+  --member: #cfe0f3; --step: #7e57c2; --run: #9aa5b1; --term: #8d6e63; --ink: #1f2933;
+  --grid: #e4e7eb; }
+* { box-sizing: border-box; }
+body { font: 13px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--ink);
+  margin: 0; padding: 16px 20px 40px; background: #fff; }
+header h1 { font-size: 18px; margin: 0 0 4px; }
+#summary { color: #52606d; margin-bottom: 10px; }
+#js-errors .js-error { background: #fde8e8; color: #9b1c1c; padding: 6px 10px; margin: 4px 0;
+  border-radius: 4px; font-family: monospace; }
+#legend { display: flex; flex-wrap: wrap; gap: 6px 16px; margin: 6px 0 12px; color: #3e4c59; }
+.key { display: inline-flex; align-items: center; gap: 6px; }
+.swatch { width: 22px; height: 12px; border-radius: 2px; display: inline-block; }
+.chart-box { position: relative; border: 1px solid var(--grid); border-radius: 6px; }
+.row { display: flex; align-items: stretch; min-height: var(--row);
+  border-top: 1px solid #f1f3f5; }
+.row .label { width: var(--label); flex: none; padding: 2px 8px; white-space: nowrap;
+  overflow: hidden; text-overflow: ellipsis; border-right: 1px solid var(--grid); }
+.row .track { position: relative; flex: 1; min-height: var(--row); margin-right: 14px; }
+.axis { position: sticky; top: 0; background: #fff; z-index: 3; height: 26px;
+  border-bottom: 1px solid var(--grid); }
+.axis .label { font-weight: 600; color: #52606d; padding-top: 5px; }
+.tick { position: absolute; top: 0; bottom: 0; border-left: 1px solid var(--grid);
+  font-size: 11px; color: #7b8794; padding: 5px 0 0 3px; }
+.round-head { background: #f5f7fa; font-weight: 600; min-height: 26px; }
+.round-head .label { padding-top: 4px; }
+.round-head .track { font-weight: 400; color: #52606d; padding: 4px 8px; white-space: nowrap;
+  overflow: hidden; text-overflow: ellipsis; }
+.round-head.failed .label { color: var(--fail); }
+.note { color: #b45309; font-weight: 600; }
+.outcome-bad { color: var(--fail); font-weight: 600; }
+.outcome-good { color: var(--ok); font-weight: 600; }
+.node .label { font-weight: 600; }
+.worker .label { padding-left: 26px; color: #3e4c59; }
+.worker.failed .label { color: var(--fail); font-weight: 600; }
+.bar { position: absolute; top: 4px; height: 14px; border-radius: 3px; min-width: 2px;
+  cursor: default; }
+.bar:hover { outline: 2px solid #1f2933; z-index: 2; }
+.bar.join { background: var(--join); }
+.bar.join.error { background: var(--fail); }
+.bar.member { background: var(--member); border: 1px solid #9fbfe3; }
+.bar.step { top: 15px; height: 5px; background: var(--step); }
+.bar.SUCCEEDED { background: var(--ok); }
+.bar.RUNNING, .bar.UNKNOWN, .bar.STOPPED { background: var(--run); }
+.bar.TERMINATED { background: var(--term); }
+.bar.RESTARTED { background: repeating-linear-gradient(45deg, #5b7db1 0 4px, #8aa6d1 4px 8px); }
+.bar.failed { background: var(--fail); }
+.bar.LOST { background: repeating-linear-gradient(90deg, #7c3aed 0 6px, transparent 6px 9px);
+  border: 1px dashed #7c3aed; }
+.bar.failed.REPLACED { background: repeating-linear-gradient(45deg, #d64541 0 4px,
+  #ee8a86 4px 8px); }
+.agent-end { position: absolute; top: 5px; width: 12px; height: 12px; margin-left: -6px;
+  transform: rotate(45deg); border: 2px solid #fff; z-index: 2; }
+.agent-end.SUCCEEDED { background: var(--ok); }
+.agent-end.FAILED { background: var(--fail); }
+.overlay { position: absolute; top: 0; bottom: 0; left: var(--label); right: 14px;
+  pointer-events: none; }
+.restart-line { position: absolute; bottom: 0; border-left: 2px dashed #b45309; }
+#errors h2 { font-size: 15px; margin: 20px 0 6px; }
+#errors li { color: var(--fail); }
+#tooltip { position: fixed; z-index: 10; max-width: 460px; background: #1f2933; color: #fff;
+  padding: 8px 10px; border-radius: 5px; font-size: 12px; pointer-events: none;
+  box-shadow: 0 4px 14px rgba(0,0,0,.25); white-space: pre-line; }
+#tooltip b { display: block; margin-bottom: 2px; }
+"""
+
+_JS = r"""
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("timeline-data").textContent);
+  var span = Math.max(data.duration, 0.001);
+  var tooltip = document.getElementById("tooltip");
+
+  function el(tag, cls, text) {
+    var node = document.createElement(tag);
+    if (cls) { node.className = cls; }
+    if (text !== undefined && text !== null) { node.textContent = text; }
+    return node;
+  }
+  function pct(t) { return (100 * Math.max(0, t) / span) + "%"; }
+  function secs(t) { return (t === null || t === undefined) ? "?" : "+" + t.toFixed(3) + "s"; }
+  function dur(a, b) { return (b - a).toFixed(3) + "s"; }
+  function count(n, what) { return n + " " + what + (n === 1 ? "" : "s"); }
+
+  function tip(node, heading, lines) {
+    node.setAttribute("aria-label", heading + ". " + lines.join(". "));
+    node.addEventListener("mouseenter", function () {
+      tooltip.textContent = "";
+      tooltip.appendChild(el("b", null, heading));
+      tooltip.appendChild(document.createTextNode(lines.join("\n")));
+      tooltip.hidden = false;
+    });
+    node.addEventListener("mousemove", function (ev) {
+      var x = Math.min(ev.clientX + 14, window.innerWidth - tooltip.offsetWidth - 8);
+      var y = ev.clientY + 16;
+      if (y + tooltip.offsetHeight > window.innerHeight) {
+        y = ev.clientY - tooltip.offsetHeight - 10;
+      }
+      tooltip.style.left = x + "px";
+      tooltip.style.top = y + "px";
+    });
+    node.addEventListener("mouseleave", function () { tooltip.hidden = true; });
+  }
+
+  function bar(track, cls, start, end, heading, lines) {
+    var b = el("div", "bar " + cls);
+    b.style.left = pct(start);
+    b.style.width = "calc(" + pct(end - start) + " + 1px)";
+    tip(b, heading, lines);
+    track.appendChild(b);
+    return b;
+  }
+
+  function row(cls, label) {
+    var r = el("div", "row " + cls);
+    var l = el("div", "label", label);
+    l.title = label;
+    var t = el("div", "track");
+    r.appendChild(l);
+    r.appendChild(t);
+    return { row: r, track: t };
+  }
+
+  function summary() {
+    var nodes = {}, workers = 0;
+    data.rounds.forEach(function (r) {
+      r.nodes.forEach(function (n) { nodes[n.label] = 1; workers += n.workers.length; });
+    });
+    var t0 = new Date(data.t0_ms).toISOString().replace("T", " ").replace("Z", " UTC");
+    document.getElementById("summary").textContent =
+      "run " + data.runs.join(", ") + " \u00b7 " + count(data.rounds.length, "round") +
+      " \u00b7 " + count(Object.keys(nodes).length, "node") + " \u00b7 " +
+      count(workers, "worker run") + " \u00b7 " +
+      data.duration.toFixed(3) + "s from " + t0;
+  }
+
+  function legend() {
+    var box = document.getElementById("legend");
+    [["join", "waiting to join the round"], ["member", "node in the round"],
+     ["step", "agent rendezvous / rank assignment"], ["SUCCEEDED", "worker succeeded"],
+     ["RUNNING", "worker running / unknown end"],
+     ["RESTARTED", "worker restarted (membership change)"],
+     ["failed REPLACED", "worker replaced after a failure"], ["failed", "worker failed"],
+     ["TERMINATED", "worker terminated"],
+     ["LOST", "node or worker lost: never ended, drawn to when last heard"]].forEach(function (k) {
+      var key = el("span", "key");
+      var sw = el("span", "swatch bar " + k[0]);
+      sw.style.position = "static";
+      key.appendChild(sw);
+      key.appendChild(document.createTextNode(k[1]));
+      box.appendChild(key);
+    });
+    var key = el("span", "key");
+    var line = el("span", "swatch");
+    line.style.borderLeft = "2px dashed #b45309";
+    line.style.width = "10px";
+    key.appendChild(line);
+    key.appendChild(document.createTextNode("restart / new round"));
+    box.appendChild(key);
+  }
+
+  function axis(box) {
+    var a = row("axis", "node / worker");
+    var step = [0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600]
+      .find(function (s) { return span / s <= 12; }) || Math.ceil(span / 12);
+    for (var t = 0; t <= span + 1e-9; t += step) {
+      var tick = el("div", "tick", "+" + (step < 1 ? t.toFixed(1) : Math.round(t)) + "s");
+      tick.style.left = pct(t);
+      a.track.appendChild(tick);
+    }
+    box.appendChild(a.row);
+  }
+
+  function nodeRows(box, n, round) {
+    var head = n.label + (n.rank !== null ? " \u00b7 rank " + n.rank : "");
+    var r = row("node", head);
+    var where = round.label + ", " + n.label;
+    if (n.join) {
+      var failed = n.join.status === "ERROR";
+      bar(r.track, "join" + (failed ? " error" : ""), n.join.start, n.join.end,
+          (failed ? "rendezvous join FAILED" : "waiting to join") + " \u00b7 " + n.label,
+          ["started " + secs(n.join.start) + ", waited " + dur(n.join.start, n.join.end),
+           "rank " + (n.rank === null ? "?" : n.rank) + " of world size " +
+             (n.world_size === null ? "?" : n.world_size),
+           n.join.detail ? n.join.detail : where]);
+    }
+    if (n.member) {
+      bar(r.track, "member" + (n.lost !== null ? " LOST" : ""), n.member.start, n.member.end,
+          (n.lost !== null ? "LOST in " : "in ") + round.label + " \u00b7 " + n.label,
+          [secs(n.member.start) + " \u2192 " + secs(n.member.end) + " (" +
+             dur(n.member.start, n.member.end) + ")",
+           n.lost !== null ? "lost: never ended its spans; last heard at " + secs(n.lost)
+                           : "left the round: " + (n.member.detail || "-")]);
+    }
+    n.steps.forEach(function (s) {
+      bar(r.track, "step", s.start, s.end, s.name + " \u00b7 " + n.label,
+          [secs(s.start) + " \u2192 " + secs(s.end) + " (" + dur(s.start, s.end) + ")"]);
+    });
+    if (n.agent) {
+      var m = el("div", "agent-end " + n.agent.state);
+      m.style.left = pct(n.agent.end);
+      tip(m, "agent " + n.agent.state + " \u00b7 " + n.label,
+          ["at " + secs(n.agent.end)].concat(n.agent.message ? [n.agent.message] : []));
+      r.track.appendChild(m);
+    }
+    box.appendChild(r.row);
+    n.workers.forEach(function (w) {
+      var rank = w.rank === null ? "?" : w.rank;
+      var wr = row("worker" + (w.failed ? " failed" : ""),
+                   "worker rank " + rank + " \u00b7 " + w.state);
+      var lines = [secs(w.start) + " \u2192 " + secs(w.end) + " (" + dur(w.start, w.end) + ")",
+                   "node " + n.label + ", " + round.label];
+      if (w.local_rank !== null) { lines.push("local rank " + w.local_rank); }
+      if (w.exit !== null) { lines.push("exit code " + w.exit); }
+      if (w.pid !== null) { lines.push("pid " + w.pid); }
+      if (w.restarts !== null) { lines.push("agent restarts " + w.restarts); }
+      if (w.message) { lines.push(w.message); }
+      bar(wr.track, w.state + (w.failed ? " failed" : ""), w.start, w.end,
+          "worker rank " + rank + " \u00b7 " + w.state, lines);
+      box.appendChild(wr.row);
+    });
+  }
+
+  function chart() {
+    var main = document.getElementById("chart");
+    var box = el("div", "chart-box");
+    var overlay = el("div", "overlay");
+    var restarts = [];
+    axis(box);
+    data.rounds.forEach(function (round) {
+      var h = row("round-head" + (round.failed ? " failed" : ""), round.label);
+      var bits = ["run " + round.run_id];
+      if (round.world_size !== null) { bits.push("world size " + round.world_size); }
+      bits.push(count(round.nodes.length, "node"));
+      h.track.appendChild(document.createTextNode(bits.join(" \u00b7 ")));
+      if (round.note) {
+        h.track.appendChild(document.createTextNode(" \u00b7 "));
+        h.track.appendChild(el("span", "note", "\u21bb " + round.note));
+      }
+      if (round.outcome) {
+        h.track.appendChild(document.createTextNode(" \u00b7 "));
+        var cls = round.failed ? "outcome-bad" : "outcome-good";
+        h.track.appendChild(el("span", cls, round.outcome));
+      }
+      box.appendChild(h.row);
+      if (round.note) { restarts.push([round, h.row]); }
+      round.nodes.forEach(function (n) { nodeRows(box, n, round); });
+    });
+    box.appendChild(overlay);
+    main.appendChild(box);
+    restarts.forEach(function (r) {
+      var line = el("div", "restart-line");
+      line.style.left = pct(r[0].start);
+      line.style.top = (r[1].offsetTop + r[1].offsetHeight) + "px";
+      line.title = r[0].note;
+      overlay.appendChild(line);
+    });
+  }
+
+  function errors() {
+    if (!data.errors.length) { return; }
+    var sec = document.getElementById("errors");
+    sec.appendChild(el("h2", null, "Errors"));
+    var list = el("ul");
+    data.errors.forEach(function (e) {
+      list.appendChild(el("li", null, secs(e.time) + "  " + e.where + ": " + e.message));
+    });
+    sec.appendChild(list);
+  }
+
+  summary();
+  legend();
+  chart();
+  errors();
+  document.body.setAttribute("data-rendered", "true");
+})();
+"""

@@ -1,0 +1,75 @@
+"""The bridge's own health as OpenTelemetry metrics: what :func:`elastic_otel.stats` returns.
+
+Loss must be visible where operators look, not only in a Python call: every counter of
+``elastic_otel.stats()`` is also an observable instrument on the metrics pipeline that
+:mod:`elastic_otel.integration.torch_metrics` installs, read at each collection (nothing is
+added on torch's threads). Instruments:
+
+* ``elastic_otel.events.received``, ``elastic_otel.events.unparsed`` (``{event}``);
+* ``elastic_otel.records.exported`` (``{record}``: log records and spans);
+* ``elastic_otel.dropped`` (``{record}``) with ``elastic_otel.reason``: ``queue_full`` (events
+  the bridge's queue refused), ``after_shutdown`` (events recorded after the exit flush ended
+  the open spans), ``sdk_queue`` (the SDK's batch queues), ``collector_outage``
+  (oldest records past ``ELASTIC_OTEL_RETRY_QUEUE_SIZE``), ``rejected`` (records the exporter
+  could not send), ``lost_at_exit``;
+* ``elastic_otel.export.pending`` (``{record}``): held back while the collector is down;
+* ``torchelastic.stalled.seconds`` (gauge, ``s``) with ``torchelastic.stalled.in``: the longest
+  current wait past ``ELASTIC_OTEL_STALL_AFTER`` (0 when none), for an alert to watch.
+
+The last collection at exit may precede the exit flush, so ``lost_at_exit`` is exact in
+``stats()`` and in the exit warning, not always in the metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from elastic_otel.names import attributes as A
+from elastic_otel.names import counters as S
+
+if TYPE_CHECKING:  # the API is imported when the bridge starts, not when torch loads this
+    from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+REASON = "elastic_otel.reason"
+
+
+def observe(
+    meter: Meter,
+    read: Callable[[], dict[str, int] | None],
+    stalls: Callable[[], dict[str, float]] | None = None,
+) -> None:
+    """Register the bridge's counters on ``meter``; ``read`` returns them (``None``: no bridge).
+
+    ``stalls`` returns the longest current wait per kind (``torchelastic.stalled.seconds``).
+    """
+    from opentelemetry.metrics import Observation
+
+    def values(key: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def callback(_options: CallbackOptions) -> Iterable[Observation]:
+            stats = read()
+            return [] if stats is None else [Observation(stats.get(key, 0))]
+
+        return callback
+
+    def drops(_options: CallbackOptions) -> Iterable[Observation]:
+        stats = read()
+        if stats is None:
+            return []
+        return [Observation(stats.get(k, 0), {REASON: r}) for r, k in S.DROP_REASONS.items()]
+
+    counter = meter.create_observable_counter
+    counter("elastic_otel.events.received", [values("received")], "{event}")
+    counter("elastic_otel.events.unparsed", [values("unparsed")], "{event}")
+    counter("elastic_otel.records.exported", [values("exported")], "{record}")
+    counter("elastic_otel.dropped", [drops], "{record}")
+    meter.create_observable_up_down_counter(
+        "elastic_otel.export.pending", [values(S.PENDING_EXPORT)], "{record}"
+    )
+    if stalls is not None:
+        read_stalls = stalls
+
+        def stalled(_options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(s, {A.STALLED_IN: k}) for k, s in read_stalls().items()]
+
+        meter.create_observable_gauge(A.METRIC_STALLED_SECONDS, [stalled], "s")

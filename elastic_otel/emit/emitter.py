@@ -1,0 +1,186 @@
+"""OpenTelemetry emission: log models and finished span records into SDK processors.
+
+Spans are handed to the span processor already finished (``ReadableSpan``), with the trace id
+the model derived and the start time it back-dated: the SDK ``Tracer`` can do neither. Log
+records go through the public ``Logger.emit`` API with the span's context attached.
+
+Every string is clipped to the attribute length limit (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``,
+else :data:`DEFAULT_VALUE_LIMIT`, so that a megabyte traceback never reaches the wire) and
+lone surrogates are replaced, since protobuf refuses to encode them and would drop the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+from opentelemetry import trace as trace_api
+from opentelemetry._logs import Logger, SeverityNumber
+from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
+
+from elastic_otel.model.logs import to_log
+from elastic_otel.model.snapshots import STOP
+from elastic_otel.model.spans import STATUS_ERROR, STATUS_OK, Output, SpanRecord
+from elastic_otel.names import attributes as A
+from elastic_otel.parsing.torch_events import ElasticEvent
+
+DEFAULT_VALUE_LIMIT = 16384
+"""Characters kept per string value when ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` is unset."""
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_STATUS = {STATUS_OK: StatusCode.OK, STATUS_ERROR: StatusCode.ERROR}
+
+
+def value_limit() -> int:
+    raw = os.environ.get("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "").strip()
+    try:
+        return max(1, int(raw)) if raw else DEFAULT_VALUE_LIMIT
+    except ValueError:
+        return DEFAULT_VALUE_LIMIT
+
+
+def clean(text: str, limit: int) -> str:
+    """Clip to ``limit`` and make the string encodable as UTF-8."""
+    if len(text) > limit:
+        text = text[:limit]
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def clean_attributes(attrs: dict, limit: int) -> dict:
+    """``attrs`` itself when every key and string is short ASCII (the common case), else a
+    cleaned copy."""
+    for key, value in attrs.items():
+        if not key.isascii() or (
+            isinstance(value, str) and (len(value) > limit or not value.isascii())
+        ):
+            break
+    else:
+        return attrs
+    out = {}
+    for key, value in attrs.items():
+        if isinstance(value, str):
+            value = clean(value, limit)
+        out[key if key.isascii() else clean(key, 256)] = value
+    return out
+
+
+class Emitter:
+    """Turns model output into OTel data on the given logger and span processor."""
+
+    def __init__(
+        self,
+        logger: Logger | None,
+        span_processor: SpanProcessor | None,
+        resource: Resource,
+        scope_version: str = "",
+    ) -> None:
+        self.logger = logger
+        self.span_processor = span_processor
+        self.resource = resource
+        self.scope = InstrumentationScope(A.INSTRUMENTATION_SCOPE, scope_version)
+        self.limit = value_limit()
+
+    def emit_output(self, out: Output) -> None:
+        """Emit what one step of the trace model handed out: its spans, then its logs."""
+        for span in out.spans:
+            self.emit_span(span)
+        for event, trace_id, span_id in out.logs:
+            self.emit_log(event, trace_id, span_id)
+
+    def emit_log(self, event: ElasticEvent, trace_id: int, span_id: int) -> None:
+        if self.logger is None:
+            return
+        model = to_log(event)
+        context = None
+        if trace_id and span_id:
+            span = trace_api.NonRecordingSpan(SpanContext(trace_id, span_id, False, _SAMPLED))
+            context = trace_api.set_span_in_context(span)
+        self.logger.emit(
+            timestamp=model.time_ns,
+            observed_timestamp=model.time_ns,
+            context=context,
+            severity_number=SeverityNumber(model.severity_number),
+            severity_text=model.severity_text,
+            body=clean(model.body, self.limit),
+            attributes=clean_attributes(model.attributes, self.limit),
+            event_name=clean(model.event_name, 256),
+        )
+
+    def emit_span(self, record: SpanRecord) -> None:
+        if self.span_processor is None or not record.trace_id:
+            return
+        self.span_processor.on_end(self._readable(record, record.end_ns))
+
+    def emit_partial(self, record: SpanRecord, event: str, now_ns: int, frequency: str) -> None:
+        """A snapshot of ``record`` as a ``partial-span-processor`` log record (``event``:
+        ``heartbeat`` for a span still open, ``stop`` for one that ended)."""
+        if self.logger is None or not record.trace_id:
+            return
+        span = self._readable(record, record.end_ns if event == STOP else None)
+        body = json.dumps(encode_spans([span]).to_dict(), separators=(",", ":"))
+        context = trace_api.set_span_in_context(
+            trace_api.NonRecordingSpan(
+                SpanContext(record.trace_id, record.span_id, False, _SAMPLED)
+            )
+        )
+        self.logger.emit(
+            timestamp=now_ns,
+            observed_timestamp=now_ns,
+            context=context,
+            severity_number=SeverityNumber.INFO,
+            severity_text="INFO",
+            body=body,
+            attributes={
+                A.PARTIAL_EVENT: event,
+                A.PARTIAL_FREQUENCY: frequency,
+                A.PARTIAL_BODY_TYPE: "json/v1",
+            },
+        )
+
+    def _readable(self, record: SpanRecord, end_ns: int | None) -> ReadableSpan:
+        limit = self.limit
+        context = SpanContext(record.trace_id, record.span_id, False, _SAMPLED)
+        parent = (
+            SpanContext(record.trace_id, record.parent_span_id, False, _SAMPLED)
+            if record.parent_span_id
+            else None
+        )
+        events: Sequence[Event] = [
+            Event(e.name, clean_attributes(e.attributes, limit), e.time_ns) for e in record.events
+        ]
+        links = [
+            Link(
+                SpanContext(lk.trace_id, lk.span_id, False, _SAMPLED),
+                clean_attributes(lk.attributes, limit),
+            )
+            for lk in record.links
+        ]
+        status_code = _STATUS.get(record.status, StatusCode.UNSET)
+        status = Status(
+            status_code,
+            clean(record.status_message, 1024) if status_code is StatusCode.ERROR else None,
+        )
+        return ReadableSpan(
+            name=record.name,
+            context=context,
+            parent=parent,
+            resource=self.resource,
+            attributes=clean_attributes(record.attributes, limit),
+            events=events,
+            links=links,
+            status=status,
+            start_time=record.start_ns,
+            end_time=end_ns,
+            instrumentation_scope=self.scope,
+        )

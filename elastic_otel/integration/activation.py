@@ -1,0 +1,55 @@
+"""Activation: whether this process wants the bridge, decided in one place, and turning it on.
+
+*Registered* means the ``otel`` destination exists in torch's registry (cheap: the SDK is only
+imported at the first event). *Activated* means more: the SDK pipeline is built on this
+(main) thread right away, ``dynamic_rendezvous`` is routed to the bridge, and torchelastic's
+metrics are reported. A process is activated when
+
+* ``ELASTIC_OTEL_ENABLED=true``; or, unless it is ``false``,
+* torchrun's event log handler is ``otel`` (``--event-log-handler otel`` or
+  ``PET_EVENT_LOG_HANDLER=otel``), or
+* the caller's context is itself a request for telemetry: an ``otel-*`` rendezvous backend
+  was chosen, or the program runs under ``opentelemetry-instrument``.
+
+Building the pipeline eagerly on the main thread matters: a pipeline built lazily on a
+background thread can race interpreter shutdown in a short-lived process and lose everything.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from elastic_otel.integration import torchrun_args
+from elastic_otel.integration.registration import register
+from elastic_otel.names import environment_variables as env
+
+_logger = logging.getLogger("elastic_otel")
+
+
+def setting() -> bool | None:
+    """``ELASTIC_OTEL_ENABLED``: ``True``, ``False``, or ``None`` (unset: decide from context)."""
+    return env.env_switch(env.ELASTIC_OTEL_ENABLED)
+
+
+def requested(context_requests: bool = False) -> bool:
+    """Whether this process should be activated (see the module docstring)."""
+    explicit = setting()
+    if explicit is not None:
+        return explicit
+    return context_requests or torchrun_args.asks_for_bridge()
+
+
+def activate(context_requests: bool = False) -> bool:
+    """Register the ``otel`` destination; activate the bridge when :func:`requested`.
+
+    ``context_requests``: the caller (an ``otel-*`` backend, ``opentelemetry-instrument``)
+    asks for telemetry by being used. Returns whether the bridge was activated; never raises.
+    """
+    try:
+        if requested(context_requests):
+            register(start=True)
+            return True
+        register(route_rendezvous=False, start=False)
+    except Exception as e:  # never break torchrun's start-up
+        _logger.warning("elastic-otel: not activated: %s", e)
+    return False

@@ -1,0 +1,561 @@
+"""Agent and worker state machine: ``torchelastic.worker.status.*`` events as spans.
+
+Under the node's ``rendezvous.member`` span of the round (:mod:`elastic_otel.model.rendezvous`)::
+
+    agent.rendezvous, agent.assign_worker_ranks   back-dated by the event's duration_ms
+    worker (one per global rank)                   START → SUCCEEDED / FAILED / TERMINATED
+
+The agent's own span, ``agent.run``, ends with its SUCCEEDED / FAILED event, in the trace of
+the round it finished in, and links to the rounds before.
+
+**Recoveries.** Each restart of the worker group the instrumented agent reports
+(``elastic_otel.agent.restart_workers`` start / end) is an ``agent.recovery`` span, from the
+agent noticing the failure (or the waiting node) to its workers running again, with its
+phases as children: ``agent.stop_workers``, ``agent.rendezvous``, ``agent.assign_worker_ranks``,
+``agent.start_workers``. It belongs to the round it leads to, so the recovery and its phases
+(and their log records) are held until it ends, when that round's trace is known; it is a
+root of that trace, linked to the failed worker's span and to the node's previous round.
+
+**Worker trace context.** Before torch starts the workers, the instrumentation asks
+:meth:`AgentModel.reserve_workers` for the ids their ``worker`` spans will have, to give
+each worker process its ``TRACEPARENT``; the spans the START events open then use them.
+
+Worker outcomes come from two places. With the agent instrumented
+(:mod:`elastic_otel.integration.agent_instrumentation`), the agent's own view arrives as it
+happens: a FAILED worker (exit code, error file, failure time) or a SUCCEEDED one when the
+agent's monitor sees it, then ``elastic_otel.agent.stop_workers`` start / end, which ends the
+workers still running as ``STOPPED`` with a link to the failed worker's span;
+``elastic_otel.agent.exit_barrier`` is a span of its own. torch's own worker events, which come
+later (after the exit barrier) or never (before a restart), then only add log records to the
+spans already ended. Without instrumentation, torch's events are all there is: a worker that
+fails before a restart has no FAILED event, the next START with a higher ``agent_restarts`` is
+the only sign, so the workers of the replaced group end ``REPLACED``; a START of a rank already
+running (a membership change) ends them ``RESTARTED``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from elastic_otel.model.rendezvous import RendezvousModel
+from elastic_otel.model.spans import (
+    DEFAULT_EVENT_LIMIT,
+    STATUS_ERROR,
+    STATUS_OK,
+    STATUS_UNSET,
+    Output,
+    SpanAttributes,
+    SpanLink,
+    SpanRecord,
+    new_span_id,
+)
+from elastic_otel.model.stalls import Wait
+from elastic_otel.model.trace_ids import TraceIds
+from elastic_otel.names import attributes as A
+from elastic_otel.parsing.torch_events import ElasticEvent, EventKind
+
+_MAX_AGENT_LINKS = 32
+_AGENT_STEPS = {  # torch's, recorded once done with their duration
+    "RENDEZVOUS": A.SPAN_AGENT_RENDEZVOUS,
+    "ASSIGN_WORKER_RANKS": A.SPAN_AGENT_ASSIGN_RANKS,
+}
+_OBSERVED_STEPS = {  # the bridge's own (agent_instrumentation), recorded at start and end
+    "EXIT_BARRIER": A.SPAN_AGENT_EXIT_BARRIER,
+    "STOP_WORKERS": A.SPAN_AGENT_STOP_WORKERS,
+    "START_WORKERS": A.SPAN_AGENT_START_WORKERS,
+}
+_RESTART = "RESTART_WORKERS"  # observed too: the whole recovery
+_WAIT_KIND = {"EXIT_BARRIER": "exit_barrier", "STOP_WORKERS": "stop_workers"}
+_RECOVERY_KEYS = (A.RECOVERY_CAUSE, A.RECOVERY_DETECTION_MS)
+_WAIT_CONTEXT = frozenset({A.RUN_ID, A.RANK, A.HOST_NAME, A.ROLE, A.AGENT_RESTARTS})
+_SPAN_KEYS = (
+    A.RUN_ID,
+    A.RANK,
+    A.GLOBAL_RANK,
+    A.GROUP_RANK,
+    A.LOCAL_RANK,
+    A.ROLE,
+    A.ROLE_RANK,
+    A.ROLE_WORLD_SIZE,
+    A.GROUP_WORLD_SIZE,
+    A.WORKER_ID,
+    A.WORKER_PID,
+    A.EXIT_CODE,
+    A.STATE,
+    A.AGENT_RESTARTS,
+    A.DURATION_MS,
+    A.RDZV_BACKEND,
+    A.HOST_NAME,
+    A.ENTRY_POINT,
+    A.ERROR_CATEGORY,
+    A.OBSERVED_BY,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLaunch:
+    """The trace context a group of workers is started with (see ``reserve_workers``)."""
+
+    trace_id: int
+    span_ids: dict[int, int]  # local rank → the id its ``worker`` span will have
+    recovery_cause: str = ""  # set when a recovery starts these workers
+    recovery_start_ns: int = 0
+
+
+@dataclass(slots=True)
+class Recovery:
+    """A restart of the worker group under way: its span, and its ended phases and their
+    logs, held until the round it leads to (its trace) is known."""
+
+    span: SpanRecord
+    phases: list[SpanRecord] = field(default_factory=list)
+    logs: list[tuple[ElasticEvent, SpanRecord]] = field(default_factory=list)
+
+    def holds(self, span: SpanRecord) -> bool:
+        return span is self.span or span.parent_span_id == self.span.span_id
+
+
+class Agent:
+    """One elastic agent (per run id) and its running workers' spans."""
+
+    __slots__ = (
+        "ended",
+        "failed",
+        "links",
+        "recovery",
+        "reserved",
+        "restarts",
+        "run_id",
+        "start_ns",
+        "steps",
+        "stop_ns",
+        "workers",
+    )
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.workers: dict[int, SpanRecord] = {}
+        self.ended: dict[int, SpanRecord] = {}  # this attempt's workers the agent saw end
+        self.failed: SpanRecord | None = None  # this attempt's first failed worker
+        self.steps: dict[str, SpanRecord] = {}  # observed steps under way (exit barrier...)
+        self.restarts = 0
+        self.start_ns = 0
+        self.stop_ns = 0  # when the workers were stopped for a new rendezvous
+        self.links: list[SpanLink] = []
+        self.recovery: Recovery | None = None
+        self.reserved: dict[int, tuple[int, int, int]] = {}  # local rank → trace, span, parent
+
+    def new_attempt(self) -> None:
+        self.ended.clear()
+        self.failed = None
+
+
+class AgentModel:
+    """Feed :meth:`process` a process's agent and worker events in order.
+
+    Spans are parented under the node's open member span found in ``rendezvous``; the
+    rendezvous side reports re-joins and ended memberships back (``RoundListener``).
+    """
+
+    def __init__(
+        self,
+        trace_ids: TraceIds,
+        rendezvous: RendezvousModel | None = None,
+        event_limit: int = DEFAULT_EVENT_LIMIT,
+    ) -> None:
+        self._trace = trace_ids
+        self.rendezvous = rendezvous
+        self.event_limit = event_limit
+        self.agents: OrderedDict[str, Agent] = OrderedDict()
+        self.terminated_by = ""  # set when the agent reports it was killed by a signal
+
+    # --- RoundListener ----------------------------------------------------------------------
+
+    def node_rejoining(self, run_id: str, time_ns: int) -> None:
+        agent = self.agents.get(run_id)
+        if agent is not None and agent.workers and not agent.stop_ns:
+            agent.stop_ns = time_ns  # torch stops the workers before it re-joins
+
+    def member_ended(self, run_id: str, link: SpanLink) -> None:
+        agent = self.agents.get(run_id)
+        if agent is not None and len(agent.links) < _MAX_AGENT_LINKS:
+            agent.links.append(link)
+
+    def open_spans(self) -> Iterator[SpanRecord]:
+        """The spans of the workers that run now."""
+        for agent in self.agents.values():
+            yield from agent.workers.values()
+            yield from agent.steps.values()
+            if agent.recovery is not None:
+                yield agent.recovery.span
+
+    def waits(self) -> Iterator[Wait]:
+        """Agent steps under way that wait on others (for stall reports)."""
+        for agent in self.agents.values():
+            for state, span in agent.steps.items():
+                if state not in _WAIT_KIND:
+                    continue
+                context = {k: v for k, v in span.attributes.items() if k in _WAIT_CONTEXT}
+                node = self.rendezvous.latest_node(agent.run_id) if self.rendezvous else None
+                if node is not None:
+                    context.update(node.known())
+                yield Wait(_WAIT_KIND[state], span, context)
+
+    def open_step(self, run_id: str, state: str) -> SpanRecord | None:
+        """The observed step (``EXIT_BARRIER``, ``STOP_WORKERS``) under way, if any."""
+        agent = self.agents.get(run_id)
+        return agent.steps.get(state) if agent is not None else None
+
+    def reserve_workers(self, run_id: str, local_ranks: list[int]) -> WorkerLaunch:
+        """Choose the span ids of the workers about to start (see the module docstring)."""
+        agent = self.agents.get(run_id)
+        if agent is None:
+            agent = self.agents[run_id] = Agent(run_id)
+        trace, parent = self._context(agent)
+        ids = {rank: new_span_id() for rank in local_ranks}
+        agent.reserved = {rank: (trace, span_id, parent) for rank, span_id in ids.items()}
+        recovery = agent.recovery
+        if recovery is None:
+            return WorkerLaunch(trace, ids)
+        cause = recovery.span.attributes.get(A.RECOVERY_CAUSE)
+        return WorkerLaunch(trace, ids, str(cause or ""), recovery.span.start_ns)
+
+    # --- events -----------------------------------------------------------------------------
+
+    def process(self, ev: ElasticEvent, out: Output) -> bool:
+        """Apply one agent or worker event; ``True`` when it created a new agent."""
+        agent = self.agents.get(ev.run_id)
+        created = agent is None
+        if agent is None:
+            agent = self.agents[ev.run_id] = Agent(ev.run_id)
+        else:
+            self.agents.move_to_end(ev.run_id)
+        node = self.rendezvous.latest_node(ev.run_id) if self.rendezvous else None
+        backend = ev.attributes.get(A.RDZV_BACKEND)
+        if node is not None and isinstance(backend, str):
+            # The agent's first events follow the first join: label its open member span.
+            node.label_backend(backend)
+        trace, parent = self._context(agent, ev.agent_restarts)
+
+        if ev.kind is EventKind.WORKER:
+            if ev.state == "START":
+                self._worker_start(agent, ev, trace, parent, out)
+            else:
+                self._worker_end(agent, ev, trace, parent, out)
+        elif ev.state in _AGENT_STEPS:
+            self._agent_step(agent, ev, trace, parent, out)
+        elif ev.state == _RESTART and ev.attributes.get(A.PHASE) in ("start", "end"):
+            self._recovery(agent, ev, trace, parent, out)
+        elif ev.state in _OBSERVED_STEPS and ev.attributes.get(A.PHASE) in ("start", "end"):
+            self._observed_step(agent, ev, trace, parent, out)
+        elif ev.state in ("SUCCEEDED", "FAILED"):
+            self._agent_end(agent, ev, trace, out)
+        else:
+            out.logs.append((ev, trace, parent))
+        return created
+
+    def _context(self, agent: Agent, restarts: int | None = None) -> tuple[int, int]:
+        """(trace id, parent span id) for the agent's spans: the node's round if known."""
+        node = self.rendezvous.latest_node(agent.run_id) if self.rendezvous else None
+        if node is not None and node.member is not None:
+            return node.member.trace_id, node.member.span_id
+        if node is not None and node.round is not None:
+            return self._trace(agent.run_id, node.round), 0
+        # No rendezvous events (routing off, or a backend that records none).
+        restarts = restarts if restarts is not None else agent.restarts
+        return self._trace(agent.run_id, f"restart-{restarts}"), 0
+
+    def _step_context(self, agent: Agent, trace: int, parent: int) -> tuple[int, int]:
+        """The context of an agent step: the recovery under way, else (trace, parent)."""
+        recovery = agent.recovery
+        if recovery is None:
+            return trace, parent
+        return recovery.span.trace_id, recovery.span.span_id
+
+    def _log(self, agent: Agent, ev: ElasticEvent, span: SpanRecord, out: Output) -> None:
+        """A log record of ``span``: held with the recovery while its trace is not known."""
+        recovery = agent.recovery
+        if recovery is not None and recovery.holds(span):
+            recovery.logs.append((ev, span))
+        else:
+            out.log(ev, span)
+
+    def _finish(self, agent: Agent, span: SpanRecord, out: Output) -> None:
+        """Hand out an ended span; a phase of the recovery under way waits for it."""
+        recovery = agent.recovery
+        if recovery is not None and recovery.holds(span):
+            recovery.phases.append(span)
+        else:
+            out.spans.append(span)
+
+    def _span(
+        self, name: str, start_ns: int, ev: ElasticEvent, trace: int, parent: int
+    ) -> SpanRecord:
+        return SpanRecord(
+            name,
+            start_ns,
+            agent_attributes(ev),
+            trace_id=trace,
+            parent_span_id=parent,
+            event_limit=self.event_limit,
+        )
+
+    def _agent_step(
+        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
+    ) -> None:
+        t = ev.time_ns
+        start = _back_dated(t, ev.duration_ms)
+        if not agent.start_ns or start < agent.start_ns:
+            agent.start_ns = start
+        span = self._span(
+            _AGENT_STEPS[ev.state], start, ev, *self._step_context(agent, trace, parent)
+        )
+        self._finish(agent, span.end(t, STATUS_OK), out)
+        self._log(agent, ev, span, out)
+
+    def _observed_step(
+        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
+    ) -> None:
+        t = ev.time_ns
+        name = _OBSERVED_STEPS[ev.state]
+        trace, parent = self._step_context(agent, trace, parent)
+        if ev.attributes.get(A.PHASE) == "start":
+            span = self._span(name, t, ev, trace, parent)
+            agent.steps[ev.state] = span
+            self._log(agent, ev, span, out)
+            return
+        started = agent.steps.pop(ev.state, None)
+        if started is None:  # its start was not seen: back-date by the duration
+            start = _back_dated(t, ev.duration_ms)
+            started = self._span(name, start, ev, trace, parent)
+        span = started
+        if ev.error is not None:
+            span.record_error(ev)
+        self._finish(agent, span.end(t, STATUS_OK), out)
+        self._log(agent, ev, span, out)
+        if ev.state == "STOP_WORKERS" and agent.workers:
+            self._end_workers(agent, t, out, A.STATE_STOPPED, "", link_to=agent.failed)
+
+    def _recovery(
+        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
+    ) -> None:
+        t = ev.time_ns
+        if ev.attributes.get(A.PHASE) == "start":
+            if agent.recovery is not None:  # its end was never seen
+                self._end_recovery(agent, t, out, "a new recovery started", error=False)
+            span = self._span(A.SPAN_AGENT_RECOVERY, t, ev, trace, 0)
+            for key in _RECOVERY_KEYS:
+                if key in ev.attributes:
+                    span.attributes[key] = ev.attributes[key]
+            failed = agent.failed
+            cause = span.attributes.get(A.RECOVERY_CAUSE)
+            if failed is not None and cause != A.CAUSE_MEMBERSHIP_CHANGE:
+                span.links.append(_failure_link(failed))
+            if parent:  # the member span of the round it leaves
+                span.links.append(SpanLink(trace, parent, {}))
+            agent.recovery = Recovery(span)
+            self._log(agent, ev, span, out)
+            return
+        if agent.recovery is None:  # its start was not seen: back-date by the duration
+            start = _back_dated(t, ev.duration_ms)
+            agent.recovery = Recovery(self._span(A.SPAN_AGENT_RECOVERY, start, ev, trace, 0))
+        recovery = agent.recovery
+        if ev.error is not None:
+            recovery.span.record_error(ev)
+        recovery.logs.append((ev, recovery.span))
+        self._release_recovery(agent, t, trace, out)
+
+    def _end_recovery(self, agent: Agent, t: int, out: Output, reason: str, error: bool) -> None:
+        """End a recovery that will not end by itself (exit, signal, eviction)."""
+        recovery = agent.recovery
+        if recovery is None:
+            return
+        self._end_steps(agent, t, out, reason, error)
+        recovery.span.attributes[A.END_REASON] = reason
+        if error:
+            recovery.span.set_error(reason)
+        self._release_recovery(agent, t, self._context(agent)[0], out)
+
+    def _release_recovery(self, agent: Agent, t: int, trace: int, out: Output) -> None:
+        """End the recovery in ``trace`` (the round it led to) with its held phases and logs."""
+        recovery = agent.recovery
+        if recovery is None:
+            return
+        agent.recovery = None
+        root = recovery.span
+        root.trace_id, root.parent_span_id = trace, 0
+        for phase in recovery.phases:
+            phase.trace_id = trace
+        out.spans.extend(recovery.phases)
+        out.spans.append(root.end(t, STATUS_OK))
+        for ev, span in recovery.logs:
+            out.log(ev, span)
+
+    def _agent_end(self, agent: Agent, ev: ElasticEvent, trace: int, out: Output) -> None:
+        t = ev.time_ns
+        reason, killed = f"agent {ev.state.lower()}", False
+        if ev.error is not None and ev.error.type.endswith("SignalException"):
+            # torchrun turns SIGTERM/SIGINT into SignalException("... got signal: 15")
+            self.terminated_by = f"process terminated ({ev.error.message.strip()[:80]})"
+            reason, killed = self.terminated_by, True
+        self._end_everything(agent, t, out, "TERMINATED", reason, killed)
+        span = self._span(A.SPAN_AGENT_RUN, agent.start_ns or t, ev, trace, 0)
+        span.links = [link for link in agent.links if link.trace_id != trace]
+        if ev.state == "FAILED":
+            span.record_error(ev)
+        out.spans.append(span.end(t, STATUS_OK if ev.state == "SUCCEEDED" else STATUS_ERROR))
+        out.log(ev, span)
+        self.agents.pop(ev.run_id, None)
+
+    def _worker_start(
+        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
+    ) -> None:
+        t = ev.time_ns
+        restarts = ev.agent_restarts or 0
+        if restarts > agent.restarts:
+            self._end_workers(
+                agent,
+                agent.stop_ns or t,
+                out,
+                A.STATE_REPLACED,
+                f"worker group restarted after a failure (restart {restarts})",
+                error=True,
+            )
+            agent.new_attempt()
+        elif ev.global_rank is not None and ev.global_rank in agent.workers:
+            self._end_workers(
+                agent,
+                agent.stop_ns or t,
+                out,
+                A.STATE_RESTARTED,
+                "worker group restarted for a membership change",
+            )
+            agent.new_attempt()
+        elif ev.global_rank is not None and ev.global_rank in agent.ended:
+            agent.new_attempt()  # the agent stopped them itself, then started them again
+        agent.restarts = max(agent.restarts, restarts)
+        agent.stop_ns = 0
+        if not agent.start_ns:
+            agent.start_ns = t
+        local_rank = ev.attributes.get(A.LOCAL_RANK)
+        reserved = agent.reserved.pop(local_rank, None) if isinstance(local_rank, int) else None
+        if reserved is not None:  # the worker was told these ids (TRACEPARENT)
+            trace, span_id, parent = reserved
+        span = self._span(A.SPAN_WORKER, t, ev, trace, parent)
+        if reserved is not None:
+            span.span_id = span_id
+        key = ev.global_rank if ev.global_rank is not None else -1 - len(agent.workers)
+        agent.workers[key] = span
+        out.log(ev, span)
+
+    def _worker_end(
+        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
+    ) -> None:
+        t = ev.time_ns
+        rank = ev.global_rank
+        span = agent.workers.pop(rank, None) if rank is not None else None
+        if span is None and rank is not None and rank in agent.ended:
+            out.log(ev, agent.ended[rank])  # torch's late word on an outcome already exported
+            return
+        if span is None:  # its START was never seen (out of order, or state evicted)
+            span = self._span(A.SPAN_WORKER, t, ev, trace, parent)
+            span.attributes = {A.START_UNKNOWN: True}
+        span.attributes.update(agent_attributes(ev))
+        if ev.state == "FAILED":
+            span.record_error(ev)
+            if not ev.error:
+                code = ev.attributes.get(A.EXIT_CODE)
+                span.status_message = f"exit code {code}" if code is not None else "FAILED"
+            status = STATUS_ERROR
+            if agent.failed is None:
+                agent.failed = span
+        elif ev.state == A.STATE_STOPPED:
+            _stopped_by_agent(span, agent.failed)
+            status = STATUS_UNSET
+        else:
+            status = STATUS_OK if ev.state == "SUCCEEDED" else STATUS_UNSET
+        out.spans.append(span.end(t, status))
+        out.log(ev, span)
+        if rank is not None:
+            agent.ended[rank] = span
+
+    def _end_workers(
+        self,
+        agent: Agent,
+        t: int,
+        out: Output,
+        state: str,
+        reason: str,
+        error: bool = False,
+        link_to: SpanRecord | None = None,
+    ) -> None:
+        for rank, span in agent.workers.items():
+            span.attributes[A.STATE] = state
+            if error:
+                span.set_error(reason)
+            if state == A.STATE_STOPPED:
+                _stopped_by_agent(span, link_to)
+            out.spans.append(span.end(t, STATUS_UNSET, reason))
+            if rank >= 0:
+                agent.ended[rank] = span
+        agent.workers.clear()
+
+    def _end_steps(self, agent: Agent, t: int, out: Output, reason: str, error: bool) -> None:
+        for span in agent.steps.values():
+            if error:
+                span.set_error(reason)
+            self._finish(agent, span.end(t, STATUS_UNSET, reason), out)
+        agent.steps.clear()
+
+    # --- exit and bounds --------------------------------------------------------------------
+
+    def end_open(self, t: int, reason: str, error: bool, out: Output) -> None:
+        """End every agent's open spans (``error``: as terminated by a signal); the agents
+        stay known, so that their later events (torch's FAILED) keep their start and trace."""
+        state = "TERMINATED" if error else "UNKNOWN"
+        for agent in self.agents.values():
+            self._end_everything(agent, t, out, state, reason, error)
+
+    def evict_oldest(self, t: int, out: Output) -> None:
+        _, agent = self.agents.popitem(last=False)
+        self._end_everything(agent, t, out, "UNKNOWN", "evicted: state limit reached", False)
+
+    def _end_everything(
+        self, agent: Agent, t: int, out: Output, state: str, reason: str, error: bool
+    ) -> None:
+        """End an agent's open spans: its workers (as ``state``), steps and recovery."""
+        self._end_workers(agent, t, out, state, reason, error=error)
+        self._end_steps(agent, t, out, reason, error)
+        self._end_recovery(agent, t, out, reason, error)
+
+
+def _back_dated(t: int, duration_ms: float | None) -> int:
+    """When a step of ``duration_ms`` that ended at ``t`` began (never before the epoch)."""
+    return max(0, t - int((duration_ms or 0.0) * 1_000_000))
+
+
+def _stopped_by_agent(span: SpanRecord, failed: SpanRecord | None) -> None:
+    """Mark a worker the agent stopped; link it to the failure that made the agent stop it."""
+    if failed is None:
+        span.attributes[A.END_REASON] = "stopped by the agent"
+        return
+    rank = failed.attributes.get(A.GLOBAL_RANK)
+    span.attributes[A.END_REASON] = f"stopped by the agent after global rank {rank} failed"
+    span.links.append(_failure_link(failed))
+
+
+def _failure_link(failed: SpanRecord) -> SpanLink:
+    """A link to a failed worker's span, saying what it is."""
+    attrs: SpanAttributes = {A.STATE: "FAILED"}
+    rank = failed.attributes.get(A.GLOBAL_RANK)
+    if rank is not None:
+        attrs[A.GLOBAL_RANK] = rank
+    return SpanLink(failed.trace_id, failed.span_id, attrs)
+
+
+def agent_attributes(ev: ElasticEvent) -> SpanAttributes:
+    """The event attributes that belong on agent and worker spans."""
+    src = ev.attributes
+    return {k: src[k] for k in _SPAN_KEYS if k in src}

@@ -1,0 +1,64 @@
+"""Log model: how one :class:`~elastic_otel.parsing.torch_events.ElasticEvent` reads as an
+OTel log record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from elastic_otel.parsing.torch_events import ElasticEvent, EventKind, RdzvAction
+
+# OpenTelemetry SeverityNumber values (the API enum is not imported: this module is SDK-free).
+SEVERITY_INFO = (9, "INFO")
+SEVERITY_WARN = (13, "WARN")
+SEVERITY_ERROR = (17, "ERROR")
+
+UNPARSED_EVENT_NAME = "elastic_otel.unparsed"
+
+
+@dataclass(slots=True)
+class LogModel:
+    time_ns: int
+    severity_number: int
+    severity_text: str
+    body: str
+    event_name: str
+    attributes: dict
+
+
+def severity(event: ElasticEvent) -> tuple[int, str]:
+    """FAILED → ERROR; TERMINATED, a stall report, unparseable input → WARN; else INFO."""
+    if event.kind is EventKind.RENDEZVOUS:
+        return SEVERITY_ERROR if event.node_state == "FAILED" else SEVERITY_INFO
+    if event.kind is EventKind.UNPARSED:
+        return SEVERITY_WARN
+    if event.state == "FAILED":
+        return SEVERITY_ERROR
+    if event.state in ("TERMINATED", "STALLED"):
+        return SEVERITY_WARN
+    return SEVERITY_INFO
+
+
+def rendezvous_event_name(action: RdzvAction) -> str:
+    """The ``event_name`` of a rendezvous event's log record."""
+    return f"torchelastic.rendezvous.{action.value}"
+
+
+def event_name(event: ElasticEvent) -> str:
+    """The log record's ``event_name``: torch's event name, or one per rendezvous action."""
+    if event.kind is EventKind.RENDEZVOUS:
+        return rendezvous_event_name(event.action or RdzvAction.OTHER)
+    if event.kind is EventKind.UNPARSED:
+        return UNPARSED_EVENT_NAME
+    return event.name
+
+
+def to_log(event: ElasticEvent) -> LogModel:
+    number, text = severity(event)
+    return LogModel(
+        time_ns=event.time_ns,
+        severity_number=number,
+        severity_text=text,
+        body=event.body,
+        event_name=event_name(event),
+        attributes=event.attributes,
+    )

@@ -1,0 +1,114 @@
+"""The trace model's data types: spans as the state machines build them, without the OTel SDK.
+
+A :class:`SpanRecord` stays in the model until it ends and is only then handed out in an
+:class:`Output`, with the log records (:data:`LogOut`) that belong to it. That lets the trace
+id be chosen once the round is known and lets agent steps be back-dated, neither of which the
+SDK ``Tracer`` allows. :mod:`elastic_otel.emit.emitter` turns both into SDK objects.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from elastic_otel.names import attributes as A
+from elastic_otel.parsing.torch_events import AttrValue, ElasticEvent, error_attributes
+
+STATUS_UNSET = "UNSET"
+STATUS_OK = "OK"
+STATUS_ERROR = "ERROR"
+
+DEFAULT_EVENT_LIMIT = 128
+_IMPORTANT_RESERVE = 16  # failures and closes may go past the event limit by this much
+
+SpanAttributes = dict[str, AttrValue]
+
+
+def new_span_id() -> int:
+    """A random, non-zero 64-bit span id (os.urandom is fork-safe, unlike ``random``)."""
+    return int.from_bytes(os.urandom(8), "big") or 1
+
+
+@dataclass(slots=True)
+class SpanEvent:
+    name: str
+    time_ns: int
+    attributes: SpanAttributes
+
+
+@dataclass(slots=True)
+class SpanLink:
+    trace_id: int
+    span_id: int
+    attributes: SpanAttributes
+
+
+@dataclass(slots=True)
+class SpanRecord:
+    """A span as the model builds it; handed out once ended."""
+
+    name: str
+    start_ns: int
+    attributes: SpanAttributes
+    span_id: int = field(default_factory=new_span_id)
+    trace_id: int = 0
+    parent_span_id: int = 0
+    end_ns: int = 0
+    events: list[SpanEvent] = field(default_factory=list)
+    links: list[SpanLink] = field(default_factory=list)
+    status: str = STATUS_UNSET
+    status_message: str = ""
+    dropped_events: int = 0
+    event_limit: int = DEFAULT_EVENT_LIMIT
+
+    def add_event(
+        self, name: str, time_ns: int, attributes: SpanAttributes, important: bool = False
+    ) -> None:
+        limit = self.event_limit + (_IMPORTANT_RESERVE if important else 0)
+        if len(self.events) < limit:
+            self.events.append(SpanEvent(name, time_ns, attributes))
+        else:
+            self.dropped_events += 1
+
+    def record_error(self, event: ElasticEvent) -> None:
+        """ERROR status, and an ``exception`` span event when the event carries an error."""
+        err = event.error
+        self.status = STATUS_ERROR
+        if err is None:
+            self.status_message = event.body[:256]
+            return
+        self.status_message = err.type or err.message[:256]
+        self.add_event("exception", event.time_ns, dict(error_attributes(err)), important=True)
+
+    def set_error(self, message: str) -> None:
+        self.status, self.status_message = STATUS_ERROR, message
+
+    def end(self, time_ns: int, status: str | None = None, reason: str = "") -> SpanRecord:
+        """End at ``time_ns`` (never before the start); an ERROR status is kept."""
+        self.end_ns = max(time_ns, self.start_ns)
+        if status is not None and self.status != STATUS_ERROR:
+            self.status = status
+        if reason:
+            self.attributes[A.END_REASON] = reason
+        if self.dropped_events:
+            self.attributes[A.DROPPED_EVENTS] = self.dropped_events
+        return self
+
+
+LogOut = tuple[ElasticEvent, int, int]
+"""A log ready to emit: the event, its trace id and span id (0 when it belongs to none)."""
+
+
+@dataclass(slots=True)
+class Output:
+    """What one step of the model hands out: ended spans and logs, in emission order."""
+
+    spans: list[SpanRecord] = field(default_factory=list)
+    logs: list[LogOut] = field(default_factory=list)
+
+    def log(self, event: ElasticEvent, span: SpanRecord | None) -> None:
+        """Emit ``event`` as a log record of ``span`` (of no span when ``None``)."""
+        if span is None:
+            self.logs.append((event, 0, 0))
+        else:
+            self.logs.append((event, span.trace_id, span.span_id))

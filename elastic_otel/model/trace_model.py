@@ -1,0 +1,125 @@
+"""Trace model: torch elastic events of one process → ended spans and correlated log records.
+
+Rendezvous events go to :class:`~elastic_otel.model.rendezvous.RendezvousModel`, agent and
+worker events to :class:`~elastic_otel.model.agent.AgentModel`, which parents its spans under
+the rendezvous spans of the round; anything else is a log record of the node's open span.
+Trace ids come from :mod:`elastic_otel.model.trace_ids`, so every node of a round derives the same.
+
+State is bounded: past ``max_tracked`` nodes or agents the least recently used is ended.
+Nothing here is thread-safe or needs to be: the model has one owner thread
+(:mod:`elastic_otel.bridge.event_thread`), and neither torch nor the OpenTelemetry SDK is imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from elastic_otel.model.agent import AgentModel, WorkerLaunch
+from elastic_otel.model.rendezvous import RendezvousModel
+from elastic_otel.model.spans import DEFAULT_EVENT_LIMIT, Output, SpanRecord
+from elastic_otel.model.stalls import StallWatch
+from elastic_otel.model.trace_ids import TraceIds
+from elastic_otel.parsing.torch_events import ElasticEvent, EventKind
+
+DEFAULT_MAX_TRACKED = 1024  # a torchrun agent tracks one node and one agent per run
+_TICK_NS = 1_000_000_000  # waits are looked at once a second at most
+
+
+class TraceModel:
+    """Feed :meth:`process` the events of one process in order; collect ended spans and logs."""
+
+    def __init__(
+        self,
+        salt: str = "",
+        max_tracked: int = DEFAULT_MAX_TRACKED,
+        event_limit: int = DEFAULT_EVENT_LIMIT,
+        heartbeat_logs: bool = True,
+        stall_after_s: float = 0.0,
+    ) -> None:
+        self.max_tracked = max(1, max_tracked)
+        self.stall_watch = StallWatch(stall_after_s)
+        self._last_tick = 0
+        trace_ids = TraceIds(salt)
+        self.agents = AgentModel(trace_ids, event_limit=event_limit)
+        self.rendezvous = RendezvousModel(trace_ids, self.agents, event_limit, heartbeat_logs)
+        self.agents.rendezvous = self.rendezvous
+        self.evicted = 0
+
+    def process(self, event: ElasticEvent) -> Output:
+        """The spans ended and the log records released by ``event``."""
+        out = Output()
+        if event.kind is EventKind.RENDEZVOUS:
+            if self.rendezvous.process(event, out) is not None:
+                self._evict(out, event.time_ns)
+        elif event.kind in (EventKind.AGENT, EventKind.WORKER):
+            if self.agents.process(event, out):
+                self._evict(out, event.time_ns)
+        else:
+            node = self.rendezvous.latest_node(event.run_id) if event.run_id else None
+            out.log(event, node.member if node else None)
+        return out
+
+    def tick(self, now_ns: int) -> Output:
+        """Time-driven output: stall reports for waits past ``stall_after_s`` (0: none)."""
+        out = Output()
+        if self.stall_watch.enabled and now_ns - self._last_tick >= _TICK_NS:
+            self._last_tick = now_ns
+            waits = [*self.rendezvous.waits(), *self.agents.waits()]
+            out.logs.extend(self.stall_watch.reports(waits, now_ns))
+        return out
+
+    def close_all(self, time_ns: int, reason: str, error: bool = False) -> Output:
+        """End every open span (process exit or signal); flush logs still waiting."""
+        out = Output()
+        self.agents.end_open(time_ns, reason, error, out)
+        self.rendezvous.end_open(time_ns, reason, error, out)
+        self.agents.agents.clear()
+        self.rendezvous.nodes.clear()
+        return out
+
+    def terminate(self, time_ns: int, reason: str) -> Output:
+        """End every open span as terminated by a signal (ERROR, ``reason``).
+
+        Unlike :meth:`close_all`, nodes and agents stay known: torch's own handler of the
+        signal runs later, once its main thread is back in Python, and records the agent's
+        FAILED event, which must still land in the round's trace with the agent's start.
+        """
+        out = Output()
+        self.agents.end_open(time_ns, reason, True, out)
+        self.rendezvous.end_open(time_ns, reason, True, out)
+        return out
+
+    def reserve_workers(self, run_id: str, local_ranks: list[int]) -> WorkerLaunch:
+        """The trace context of the workers ``run_id``'s agent is about to start."""
+        return self.agents.reserve_workers(run_id, local_ranks)
+
+    def current_span(self, run_id: str, rank: int) -> tuple[int, int] | None:
+        """(trace id, span id) of the open span of the node holding ``rank`` in ``run_id``."""
+        span = self.rendezvous.open_span_of_rank(run_id, rank)
+        return (span.trace_id, span.span_id) if span is not None else None
+
+    def open_spans(self) -> Iterator[SpanRecord]:
+        """Spans started and not yet ended, with their trace ids (for open-span snapshots)."""
+        yield from self.rendezvous.open_spans()
+        yield from self.agents.open_spans()
+
+    @property
+    def terminated_by(self) -> str:
+        """How the agent said it was killed (``""`` when it was not)."""
+        return self.agents.terminated_by
+
+    @property
+    def heartbeat_logs_skipped(self) -> int:
+        return self.rendezvous.heartbeat_logs_skipped
+
+    @property
+    def tracked(self) -> int:
+        return len(self.rendezvous.nodes) + len(self.agents.agents)
+
+    def _evict(self, out: Output, t: int) -> None:
+        while len(self.rendezvous.nodes) > self.max_tracked:
+            self.rendezvous.evict_oldest(t, out)
+            self.evicted += 1
+        while len(self.agents.agents) > self.max_tracked:
+            self.agents.evict_oldest(t, out)
+            self.evicted += 1

@@ -1,0 +1,139 @@
+"""Attribute keys, span names and enumerations the bridge emits.
+
+All project-specific keys share one namespace, ``torchelastic.*``; host, process and
+exception data use the OpenTelemetry semantic-convention names. ``docs/attributes.md`` lists
+every key with its meaning (checked by ``tests/unit/test_docs.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+NS: Final = "torchelastic."
+
+RUN_ID: Final = "torchelastic.run_id"
+RANK: Final = "torchelastic.rank"
+GLOBAL_RANK: Final = "torchelastic.global_rank"
+GROUP_RANK: Final = "torchelastic.group_rank"
+LOCAL_RANK: Final = "torchelastic.local_rank"
+ROLE: Final = "torchelastic.role"
+ROLE_RANK: Final = "torchelastic.role_rank"
+WORKER_ID: Final = "torchelastic.worker_id"
+WORKER_PID: Final = "torchelastic.worker_pid"
+EXIT_CODE: Final = "torchelastic.exit_code"
+STATE: Final = "torchelastic.state"
+NODE_STATE: Final = "torchelastic.node_state"
+ROUND: Final = "torchelastic.round"
+WORLD_SIZE: Final = "torchelastic.world_size"
+LOCAL_ID: Final = "torchelastic.local_id"
+MASTER_ENDPOINT: Final = "torchelastic.master_endpoint"
+RDZV_BACKEND: Final = "torchelastic.rdzv_backend"
+AGENT_RESTARTS: Final = "torchelastic.agent_restarts"
+DURATION_MS: Final = "torchelastic.duration_ms"
+EVENT_NAME: Final = "torchelastic.event.name"
+EVENT_SOURCE: Final = "torchelastic.event.source"
+RDZV_ACTION: Final = "torchelastic.rendezvous.action"
+ERROR_CATEGORY: Final = "torchelastic.error.category"
+UNPARSED: Final = "torchelastic.unparsed"
+INVALID_PREFIX: Final = "torchelastic.invalid."
+"""``torchelastic.invalid.<field>``: the text of a field of a parsed event that had a value of
+the wrong kind (a pid of ``"²"``); the field itself is left out, the rest of the event kept."""
+PARSE_ERROR: Final = "torchelastic.parse_error"
+RAW: Final = "torchelastic.raw"
+END_REASON: Final = "torchelastic.end_reason"
+KEEP_ALIVE_COUNT: Final = "torchelastic.keep_alive.count"
+KEEP_ALIVE_FAILURES: Final = "torchelastic.keep_alive.failures"
+KEEP_ALIVE_LAST_NS: Final = "torchelastic.keep_alive.last_time_unix_nano"
+HEARTBEAT_UPDATE_COUNT: Final = "torchelastic.heartbeat_update.count"
+SYNC_COUNT: Final = "torchelastic.sync.count"
+DROPPED_EVENTS: Final = "torchelastic.dropped_events"
+START_UNKNOWN: Final = "torchelastic.start_unknown"
+MESSAGE: Final = "torchelastic.message"
+ROLE_WORLD_SIZE: Final = "torchelastic.role_world_size"
+GROUP_WORLD_SIZE: Final = "torchelastic.group_world_size"
+ENTRY_POINT: Final = "torchelastic.entry_point"
+OBSERVED_BY: Final = "torchelastic.observed_by"
+"""``monitor_workers``: an outcome the bridge saw when torch's agent did (not torch's event)."""
+STALLED_IN: Final = "torchelastic.stalled.in"
+"""What a stalled node waits in: ``rendezvous.join``, ``exit_barrier``, ``stop_workers``."""
+STALLED_SECONDS: Final = "torchelastic.stalled.seconds"
+RECOVERY_CAUSE: Final = "torchelastic.recovery.cause"
+"""Why the agent restarted its workers: ``worker_failure`` or ``membership_change``."""
+RECOVERY_DETECTION_MS: Final = "torchelastic.recovery.detection_ms"
+"""From the worker failure (its error file's time, 1 s resolution) to the agent noticing it."""
+RECOVERY_PHASE: Final = "torchelastic.recovery.phase"
+"""A phase of a recovery (metrics): ``stop_workers``, ``rendezvous``, ``assign_worker_ranks``,
+``start_workers``; ``first_step`` from the training script (:mod:`elastic_otel.worker.training`)."""
+RECOVERY_UNTIL: Final = "torchelastic.recovery.until"
+"""Where a recovery's duration ends (metrics): ``workers_started`` (the agent) or ``first_step``."""
+CAUSE_WORKER_FAILURE: Final = "worker_failure"
+CAUSE_MEMBERSHIP_CHANGE: Final = "membership_change"
+UNTIL_WORKERS_STARTED: Final = "workers_started"
+UNTIL_FIRST_STEP: Final = "first_step"
+PHASE: Final = "torchelastic.phase"
+"""``start`` or ``end`` of an agent step the bridge observes (``elastic_otel.agent.<step>``)."""
+
+# Open-span snapshots, as the partial-span-processor package writes them
+# (elastic_otel.model.snapshots).
+PARTIAL_EVENT: Final = "partial.event"
+PARTIAL_FREQUENCY: Final = "partial.frequency"
+PARTIAL_BODY_TYPE: Final = "partial.body.type"
+LOST: Final = "torchelastic.lost"
+"""Set by ``elastic-otel timeline`` on a span known only from snapshots: its process was lost."""
+
+# OpenTelemetry semantic conventions.
+HOST_NAME: Final = "host.name"
+PROCESS_PID: Final = "process.pid"
+EXCEPTION_TYPE: Final = "exception.type"
+EXCEPTION_MESSAGE: Final = "exception.message"
+EXCEPTION_STACKTRACE: Final = "exception.stacktrace"
+
+# Values of torchelastic.event.source.
+SOURCE_AGENT: Final = "AGENT"
+SOURCE_WORKER: Final = "WORKER"
+SOURCE_RENDEZVOUS: Final = "RENDEZVOUS"
+SOURCE_UNKNOWN: Final = "UNKNOWN"
+
+# Span names: low cardinality, the round and rank live in attributes.
+SPAN_RDZV_JOIN: Final = "rendezvous.join"
+SPAN_RDZV_MEMBER: Final = "rendezvous.member"
+SPAN_AGENT_RENDEZVOUS: Final = "agent.rendezvous"
+SPAN_AGENT_ASSIGN_RANKS: Final = "agent.assign_worker_ranks"
+SPAN_WORKER: Final = "worker"
+SPAN_AGENT_RUN: Final = "agent.run"
+SPAN_AGENT_EXIT_BARRIER: Final = "agent.exit_barrier"
+SPAN_AGENT_STOP_WORKERS: Final = "agent.stop_workers"
+SPAN_AGENT_START_WORKERS: Final = "agent.start_workers"
+SPAN_AGENT_RECOVERY: Final = "agent.recovery"
+"""From the agent noticing a failure or a waiting node to its workers running again; in the
+new round's trace, with the phases as children."""
+SPAN_WORKER_FIRST_STEP: Final = "worker.first_step"
+"""Emitted by the training script (:func:`elastic_otel.mark_first_step`): worker start to its
+first training step, a child of the rank's ``worker`` span."""
+
+# Worker states the bridge adds to torch's (torch has no event for these moments).
+STATE_STOPPED: Final = "STOPPED"
+"""Stopped by its agent: after another worker failed, for a membership change, or at the end."""
+STATE_REPLACED: Final = "REPLACED"
+STATE_RESTARTED: Final = "RESTARTED"
+
+INSTRUMENTATION_SCOPE: Final = "elastic_otel"
+
+# torchelastic 0.2 events, rendezvous wrappers and elastic metrics.
+EVENT_TYPE: Final = "torchelastic.event.type"
+"""The ``type`` of a torchelastic 0.2 event: the destination it was recorded to."""
+RDZV_OUTCOME: Final = "torchelastic.rendezvous.outcome"
+"""How a ``next_rendezvous`` call ended: ``ok``, ``closed``, ``timeout`` or ``error``."""
+METRIC_GROUP: Final = "torchelastic.metric_group"
+"""The torchelastic metric group a data point was put in (``torchelastic`` for torch's own)."""
+
+# Metric names the bridge records itself (beside torchelastic's own, see
+# elastic_otel.integration.torch_metrics).
+METRIC_RDZV_DURATION: Final = "torchelastic.rendezvous.duration"
+METRIC_RDZV_NODES_WAITING: Final = "torchelastic.rendezvous.nodes_waiting"
+METRIC_RECOVERY_DURATION: Final = "torchelastic.recovery.duration"
+"""Histogram (s) by ``torchelastic.recovery.cause`` and ``torchelastic.recovery.until``."""
+METRIC_RECOVERY_PHASE_DURATION: Final = "torchelastic.recovery.phase.duration"
+"""Histogram (s) by ``torchelastic.recovery.phase`` and ``torchelastic.recovery.cause``."""
+METRIC_STALLED_SECONDS: Final = "torchelastic.stalled.seconds"
+"""Gauge: the longest current wait per ``torchelastic.stalled.in`` past the stall threshold."""

@@ -1,0 +1,172 @@
+"""Environment variables specific to elastic-otel, their defaults, and tolerant readers.
+
+Everything the OpenTelemetry specification already names (``OTEL_SDK_DISABLED``,
+``OTEL_SERVICE_NAME``, ``OTEL_EXPORTER_OTLP_*``, ``OTEL_TRACES_EXPORTER``,
+``OTEL_LOGS_EXPORTER``, ``OTEL_BSP_*``, ``OTEL_BLRP_*``, ...) is read by the
+OpenTelemetry SDK itself. Only what OTel has no variable for lives here.
+"""
+
+import logging
+import os
+
+_logger = logging.getLogger("elastic_otel")
+
+ELASTIC_OTEL_ENABLED = "ELASTIC_OTEL_ENABLED"
+"""Zero-code activation: ``true`` activates the bridge in every process that imports
+torch's elastic rendezvous, ``false`` never; unset activates it when the torchrun
+event log handler is ``otel`` (``--event-log-handler otel`` or ``PET_EVENT_LOG_HANDLER``)."""
+
+ELASTIC_OTEL_RDZV_EVENTS = "ELASTIC_OTEL_RDZV_EVENTS"
+"""``false`` leaves torch's ``dynamic_rendezvous`` destination alone (default ``true``)."""
+
+ELASTIC_OTEL_TRACES = "ELASTIC_OTEL_TRACES"
+"""``false`` turns the rendezvous/agent/worker span model off, logs only (default ``true``)."""
+
+ELASTIC_OTEL_JOB_ID = "ELASTIC_OTEL_JOB_ID"
+"""Job-unique salt shared by every node of one job, mixed into trace ids."""
+
+ELASTIC_OTEL_JOB_ATTEMPT = "ELASTIC_OTEL_JOB_ATTEMPT"
+"""Which attempt of the job this is, when the scheduler runs the same job id again (a requeue,
+a JobSet restart); mixed into trace ids so that attempts get their own traces. Default: the
+scheduler's own count (:data:`SCHEDULER_ATTEMPT_VARIABLES`), else none."""
+
+ELASTIC_OTEL_EXIT_TIMEOUT = "ELASTIC_OTEL_EXIT_TIMEOUT"
+"""Seconds the process may spend at exit flushing telemetry (default ``2``)."""
+DEFAULT_EXIT_TIMEOUT_S = 2.0
+
+ELASTIC_OTEL_QUEUE_SIZE = "ELASTIC_OTEL_QUEUE_SIZE"
+"""Events buffered between torch's thread and the bridge's worker (default ``65536``); also
+the default size of the SDK's batch queues unless ``OTEL_BSP/BLRP_MAX_QUEUE_SIZE`` is set."""
+DEFAULT_QUEUE_SIZE = 65536
+
+ELASTIC_OTEL_RETRY_QUEUE_SIZE = "ELASTIC_OTEL_RETRY_QUEUE_SIZE"
+"""Records per signal held while the collector is unreachable, re-sent when it is back
+(default ``100000``); past it the oldest are dropped and counted."""
+
+ELASTIC_OTEL_MAX_OPEN_SPANS = "ELASTIC_OTEL_MAX_OPEN_SPANS"
+"""Nodes and agents tracked per process (each with its open spans) before the least recently
+used is ended (default ``1024``)."""
+
+ELASTIC_OTEL_HEARTBEAT_LOGS = "ELASTIC_OTEL_HEARTBEAT_LOGS"
+"""``false``: keep-alive heartbeats and syncs, about half of a job's events, get no log record
+of their own; they stay counted on their rendezvous span (``torchelastic.keep_alive.count``…)
+and in ``elastic_otel.stats()`` (``heartbeat_logs_skipped``). Default ``true``: every event
+is a log record. Read by the live bridge and by ``elastic-otel replay``."""
+
+ELASTIC_OTEL_AGENT_INSTRUMENTATION = "ELASTIC_OTEL_AGENT_INSTRUMENTATION"
+"""``false``: leave torch's elastic agent unwrapped; worker outcomes then come from torch's own
+events only. Unset: wrapped on the torch versions it is tested with (``TESTED_TORCH`` in
+:mod:`elastic_otel.integration.agent_instrumentation`). ``true``: on any torch version whose
+agent has the expected shape."""
+
+ELASTIC_OTEL_OPEN_SPAN_INTERVAL = "ELASTIC_OTEL_OPEN_SPAN_INTERVAL"
+"""Seconds between snapshots of spans still open (``partial.event`` = ``heartbeat`` log
+records), so that a lost process's spans reach the backend (default ``30``; ``0``: none)."""
+DEFAULT_OPEN_SPAN_INTERVAL_S = 30.0
+
+ELASTIC_OTEL_STALL_AFTER = "ELASTIC_OTEL_STALL_AFTER"
+"""Seconds a node may wait in a join, in torch's exit barrier or for its workers to stop before
+a WARN stall report says so, repeated at that interval while it lasts (default ``60``; ``0``
+turns reports off)."""
+DEFAULT_STALL_AFTER_S = 60.0
+
+ELASTIC_OTEL_FORK_GUARD = "ELASTIC_OTEL_FORK_GUARD"
+"""``false``: no fork guard (:mod:`elastic_otel.bridge.fork_safety`); a forked child of a bridged
+process may then hang where it would crash without the bridge (default ``true``)."""
+
+ELASTIC_OTEL_RAW_LIMIT = "ELASTIC_OTEL_RAW_LIMIT"
+"""Characters of unparseable input kept on the flagged log record (default ``4096``)."""
+
+PET_EVENT_LOG_HANDLER = "PET_EVENT_LOG_HANDLER"
+"""torchrun's own variable for ``--event-log-handler``."""
+
+# Scheduler job ids used as trace-id salt when ELASTIC_OTEL_JOB_ID is unset, in this order.
+# Kubernetes sets no job id in the environment: map the Job's uid through the downward API
+# (see docs/trace-model.md).
+SCHEDULER_JOB_ID_VARIABLES = (
+    "SLURM_JOB_ID",
+    "LSB_JOBID",  # IBM LSF
+    "PBS_JOBID",  # PBS / Torque
+    "FLUX_JOB_ID",
+)
+
+# Scheduler attempt counters used when ELASTIC_OTEL_JOB_ATTEMPT is unset. Slurm counts requeues
+# of one job id; LSF, PBS and Flux expose no count (a resubmission there is a new job id).
+# Kubernetes: map JobSet's restart attempt through the downward API (see docs/trace-model.md).
+SCHEDULER_ATTEMPT_VARIABLES = ("SLURM_RESTART_COUNT",)
+
+ELASTIC_OTEL_METRICS = "ELASTIC_OTEL_METRICS"
+"""``false`` leaves torchelastic's metrics alone when the bridge is activated, and reports no
+bridge counters as metrics either (default ``true``). Where they go is ``OTEL_METRICS_EXPORTER``
+(default ``otlp``) and ``OTEL_METRIC_EXPORT_*``."""
+
+# --- set by the agent in each worker's environment (elastic_otel.worker.training) ----------
+
+TRACEPARENT = "TRACEPARENT"
+"""W3C trace context of the worker's own ``worker`` span, as OpenTelemetry's convention for
+environment-variable carriers names it (``TRACESTATE`` beside it when there is one)."""
+TRACESTATE = "TRACESTATE"
+ELASTIC_OTEL_WORKER_START_UNIX_NANO = "ELASTIC_OTEL_WORKER_START_UNIX_NANO"
+"""When the agent started the worker processes (ns since the epoch)."""
+ELASTIC_OTEL_RECOVERY_CAUSE = "ELASTIC_OTEL_RECOVERY_CAUSE"
+"""Set when the workers were started by a recovery: ``worker_failure`` or ``membership_change``."""
+ELASTIC_OTEL_RECOVERY_START_UNIX_NANO = "ELASTIC_OTEL_RECOVERY_START_UNIX_NANO"
+"""When that recovery began (the agent noticed the failure or the waiting node)."""
+
+# --- OTLP JSON file exporters (elastic_otel.emit.otlp_json) ---------------------------------------
+
+ELASTIC_OTEL_OTLP_JSON_FILE = "ELASTIC_OTEL_OTLP_JSON_FILE"
+"""Output file of the ``elastic_otel_file`` exporters (``OTEL_TRACES_EXPORTER`` /
+``OTEL_LOGS_EXPORTER`` / ``OTEL_METRICS_EXPORTER``), required by them: one OTLP/JSON export
+request per line, appended, as OpenTelemetry's ``otlp_json_file`` and the Collector's ``file``
+exporters write. Several processes may share one file."""
+
+
+def env_int(name: str, default: int) -> int:
+    """``int(os.environ[name])``; ``default`` when unset, with a warning when malformed."""
+    try:
+        return int(os.environ.get(name, "").strip() or default)
+    except ValueError:
+        _logger.warning("elastic-otel: %s is not an integer, using %s", name, default)
+        return default
+
+
+def env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, "").strip() or default)
+    except ValueError:
+        _logger.warning("elastic-otel: %s is not a number, using %s", name, default)
+        return default
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_warned_flags: set[str] = set()
+
+
+def env_switch(name: str) -> bool | None:
+    """A boolean variable: ``True``, ``False``, or ``None`` when unset or unrecognised.
+
+    ``true/1/yes/on`` and ``false/0/no/off`` (any case) are recognised; anything else is
+    treated as unset, with one warning per variable, so that a typo never silently means
+    "on" in one place and "off" in another.
+    """
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return None
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    if name not in _warned_flags:
+        _warned_flags.add(name)
+        _logger.warning(
+            "elastic-otel: %s=%r is neither true nor false; ignoring it", name, raw[:40]
+        )
+    return None
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """:func:`env_switch`, with ``default`` when unset or unrecognised."""
+    value = env_switch(name)
+    return default if value is None else value

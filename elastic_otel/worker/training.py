@@ -1,0 +1,174 @@
+"""The training script's side: its own spans in its rank's ``worker`` span, and its first step.
+
+The instrumented agent (:mod:`elastic_otel.integration.agent_instrumentation`) starts every
+worker with ``TRACEPARENT`` naming the worker's own ``worker`` span in its round's trace:
+OpenTelemetry's convention for carrying a trace context in environment variables. In the
+training script::
+
+    import elastic_otel
+    from opentelemetry import trace
+
+    telemetry = elastic_otel.start_worker_telemetry()  # OTLP from the same OTEL_* variables
+    tracer = trace.get_tracer("train")
+    with tracer.start_as_current_span("load_checkpoint", context=elastic_otel.worker_context()):
+        ...
+    for step, batch in enumerate(loader):
+        ...
+        if step == 0:
+            elastic_otel.mark_first_step()  # training resumed: the recovery ends here
+    telemetry.shutdown()  # or at exit
+
+:func:`start_worker_telemetry` also makes the worker context current on the calling thread,
+so spans started without ``context=`` land under the ``worker`` span too. A script that sets
+up the SDK itself (or runs under ``opentelemetry-instrument``) needs only
+:func:`worker_context` and :func:`mark_first_step`.
+
+:func:`mark_first_step` ends a ``worker.first_step`` span from the worker's start (when the
+agent started it) to now; after a recovery, local rank 0 also records how long the recovery
+took up to this step, ``torchelastic.recovery.duration`` with ``torchelastic.recovery.until``
+= ``first_step`` (:mod:`elastic_otel.emit.recovery_metrics`): the time a failure really cost,
+including import, process-group set-up and checkpoint loading, which the agent cannot see.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from elastic_otel.names import attributes as A
+from elastic_otel.names import environment_variables as env
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
+_lock = threading.Lock()
+_first_step_marked = False
+
+
+def worker_context(environ: Mapping[str, str] | None = None) -> Context:
+    """The OpenTelemetry ``Context`` of this worker's ``worker`` span (from ``TRACEPARENT``);
+    an empty one, so that spans become roots, when the agent set none."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    environ = os.environ if environ is None else environ
+    carrier = {
+        "traceparent": environ.get(env.TRACEPARENT, ""),
+        "tracestate": environ.get(env.TRACESTATE, ""),
+    }
+    return TraceContextTextMapPropagator().extract(carrier)
+
+
+def mark_first_step(
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+) -> bool:
+    """Mark this worker's first training step (see the module docstring); only the first
+    call in a process counts (``True`` when it was this one). The global providers are
+    used unless others are given."""
+    global _first_step_marked
+    with _lock:
+        if _first_step_marked:
+            return False
+        _first_step_marked = True
+    from opentelemetry import metrics, trace
+
+    from elastic_otel.emit.recovery_metrics import RecoveryMetrics
+    from elastic_otel.version import __version__
+
+    now = time.time_ns()
+    started = max(0, env.env_int(env.ELASTIC_OTEL_WORKER_START_UNIX_NANO, 0)) or now
+    cause = os.environ.get(env.ELASTIC_OTEL_RECOVERY_CAUSE, "")
+    attrs: dict[str, Any] = {A.RECOVERY_CAUSE: cause} if cause else {}
+    tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(
+        A.INSTRUMENTATION_SCOPE, __version__
+    )
+    span = tracer.start_span(
+        A.SPAN_WORKER_FIRST_STEP, worker_context(), attributes=attrs, start_time=min(started, now)
+    )
+    span.end(end_time=now)
+    recovery_start = max(0, env.env_int(env.ELASTIC_OTEL_RECOVERY_START_UNIX_NANO, 0))
+    if cause and recovery_start and os.environ.get("LOCAL_RANK", "0") == "0":
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter(
+            A.INSTRUMENTATION_SCOPE, __version__
+        )
+        RecoveryMetrics(meter).record_first_step(
+            max(0, now - started) / 1e9,
+            max(0, now - recovery_start) / 1e9,
+            cause,
+            trace.set_span_in_context(span),
+        )
+    return True
+
+
+class WorkerTelemetry:
+    """The SDK providers :func:`start_worker_telemetry` set up; :meth:`shutdown` exports what
+    is left (also run at exit, which ``os._exit`` skips: call it yourself then)."""
+
+    def __init__(self, providers: list[Any], timeout_s: float) -> None:
+        self.providers = providers
+        self.timeout_s = timeout_s
+
+    def shutdown(self) -> bool:
+        """Flush and stop the providers built here, within ``ELASTIC_OTEL_EXIT_TIMEOUT``."""
+        from elastic_otel.emit.pipeline import run_bounded
+
+        providers, self.providers = self.providers, []
+        return run_bounded([p.shutdown for p in providers], self.timeout_s)
+
+
+def start_worker_telemetry(attach: bool = True) -> WorkerTelemetry:
+    """Export this process's spans and metrics as the bridge does, from the same ``OTEL_*``
+    variables (``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER``, ``OTEL_EXPORTER_OTLP_*``,
+    ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``), with the worker's rank and run id on
+    the resource. Global SDK providers already installed are kept. ``attach``: make
+    :func:`worker_context` current on this thread."""
+    from opentelemetry import context, metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from elastic_otel.emit.pipeline import (
+        build_meter_provider,
+        build_resource,
+        exporter_names,
+        load_exporter,
+    )
+
+    owned: list[Any] = []
+    resource = build_resource(_worker_resource())
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        for name in exporter_names("traces"):
+            tracer_provider.add_span_processor(BatchSpanProcessor(load_exporter("traces", name)))
+        trace.set_tracer_provider(tracer_provider)
+        owned.append(tracer_provider)
+    if not isinstance(metrics.get_meter_provider(), MeterProvider):
+        meter_provider = build_meter_provider(resource)
+        metrics.set_meter_provider(meter_provider)
+        owned.append(meter_provider)
+    if attach:
+        context.attach(worker_context())
+    telemetry = WorkerTelemetry(
+        owned, env.env_float(env.ELASTIC_OTEL_EXIT_TIMEOUT, env.DEFAULT_EXIT_TIMEOUT_S)
+    )
+    atexit.register(telemetry.shutdown)
+    return telemetry
+
+
+def _worker_resource() -> dict[str, Any]:
+    """The worker's identity as torchrun sets it in its environment."""
+    resource: dict[str, Any] = {}
+    for key, var in ((A.GLOBAL_RANK, "RANK"), (A.LOCAL_RANK, "LOCAL_RANK")):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            resource[key] = int(value)
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run_id:
+        resource[A.RUN_ID] = run_id
+    return resource

@@ -1,0 +1,118 @@
+"""The benchmark suite's quick variant runs end to end and writes a well-formed report.
+
+``python -m benchmarks.run --quick`` uses tiny sizes; this test only checks that every
+section ran and that the report and the raw results have the expected shape. It asserts
+nothing about timings: those belong to the full run (``python -m benchmarks.run``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("rotel")
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # ``benchmarks`` lives at the repository root
+    sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict, str]:
+    out = tmp_path_factory.mktemp("benchmarks")
+    report, raw = out / "BENCHMARKS.md", out / "results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--output", str(report),
+         "--json", str(raw)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert report.exists(), proc.stderr[-3000:]
+    return (
+        report.read_text(),
+        json.loads(raw.read_text()),
+        proc.stderr + f"\nexit {proc.returncode}",
+    )
+
+
+def test_every_section_ran(quick_run: tuple[str, dict, str]) -> None:
+    text, results, log = quick_run
+    assert results["errors"] == {}, log[-3000:]
+    assert "Section failed" not in text
+    assert log.rstrip().endswith("exit 0"), log[-3000:]
+
+
+def test_report_is_well_formed(quick_run: tuple[str, dict, str]) -> None:
+    from benchmarks.report import SECTION_TITLES
+
+    text, _, _ = quick_run
+    assert text.startswith("# Benchmarks\n")
+    assert "python -m benchmarks.run --quick" in text
+    positions = [text.index(title + "\n") for title in SECTION_TITLES]
+    assert positions == sorted(positions), "sections out of order"
+    for key in ("cpu", "cores", "python", "torch", "opentelemetry-sdk"):
+        assert f"| {key} |" in text
+    summary = text[positions[1] : positions[2]]
+    verdict_rows = [
+        line for line in summary.splitlines() if line.endswith(("**met** |", "**MISSED** |"))
+    ]
+    assert len(verdict_rows) >= 8, summary
+    for line in text.splitlines():
+        if line.startswith("|"):
+            assert line.endswith("|"), line
+    assert not re.search(r"\bnan\b", text, re.IGNORECASE)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def test_results_have_expected_shape(quick_run: tuple[str, dict, str]) -> None:
+    _, results, _ = quick_run
+    runs = {r["variant"]: r for r in results["caller"]["runs"]}
+    for variant in ("timer", "serialize", "null", "console", "sdk", "bridge", "sdk-down",
+                    "bridge-down"):  # fmt: skip
+        stats = runs[variant]["us"]
+        assert stats["n"] == results["caller"]["events"]
+        assert all(_finite(stats[k]) for k in ("median", "p99", "max"))
+        assert stats["median"] <= stats["p99"] <= stats["max"]
+    assert runs["bridge"]["bridge_stats"]["received"] == runs["bridge"]["sent_total"]
+    assert runs["bridge"]["received"]["logs"] > 0
+
+    exits = results["exit"]["variants"]
+    assert {"none-down", "bridge-down", "sdk-down"} <= set(exits)
+    assert all(_finite(v["exit_median_s"]) for v in exits.values())
+
+    phases = results["throughput"]["phases"]
+    assert len(phases) == 2  # quick mode: default SDK queues, then above the bound
+    for phase in phases:
+        assert phase["stats"]["received"] == phase["events"]
+        assert phase["lost"] == phase["events"] - phase["received_measured_logs"]
+        assert _finite(phase["events_per_s_exported"])
+    assert phases[-1]["stats"]["dropped_queue_full"] > 0  # driven above the bound
+
+    startup = results["startup"]
+    assert "without" in startup["pass"]["variants"]
+    assert all(_finite(v["ratio_mean"]) for v in startup["pass"]["variants"].values())
+    assert startup["torchrun"] == {"skipped": "--quick"}
+
+    memory = results["memory"]
+    assert memory["events"] == 20_000
+    assert len(memory["samples"]) >= 5
+    assert memory["samples"][-1]["processed"] == memory["events"]
+
+    scale = results["scale"]
+    assert scale["keepalive_events_sent"] == scale["keepalive_logs_received"]
+    assert scale["table"]["log_records_per_s"] == pytest.approx(4096 * 3 / 5)
+    off = scale["heartbeat_logs_off"]  # keep-alives counted on the span, not sent as logs
+    assert off["keepalive_events_sent"] > 0 and off["keepalive_logs_received"] == 0
+    assert off["table"]["log_records_per_s"] == off["table"]["export_requests_per_s"] == 0

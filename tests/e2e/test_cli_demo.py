@@ -1,0 +1,218 @@
+"""``elastic-otel demo`` for real: a two-agent job with a failure and a restart, and the CLI."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from otlp_receiver import OtlpReceiver
+
+from elastic_otel.cli.otlp_json_reader import read_otlp_json
+from elastic_otel.names import attributes as A
+
+SCRIPT = Path(sys.executable).with_name("elastic-otel")
+CLI = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "elastic_otel.cli"]
+
+
+def job_processes(run_id: str) -> list[str]:
+    """Processes of the demo job still alive: agents name the run id on their command line,
+    workers carry it in their environment."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if run_id.encode() in cmdline or f"TORCHELASTIC_RUN_ID={run_id}\0".encode() in environ:
+            found.append(f"{entry}: {cmdline.decode(errors='replace')[:200]}")
+    return found
+
+
+def run_id_of(output: str) -> str:
+    match = re.search(r"run id (demo-[0-9a-f]+)", output)
+    assert match, output
+    return match.group(1)
+
+
+def demo_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ELASTIC_OTEL_"))}
+    env.update(extra)
+    return env
+
+
+def round_block(output: str, number: int) -> list[str]:
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"ROUND {number} "))
+    block = []
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        block.append(line)
+    return block
+
+
+@pytest.mark.e2e
+def test_demo_runs_a_job_with_a_failure_and_a_restart(tmp_path: Path) -> None:
+    out, page = tmp_path / "demo.jsonl", tmp_path / "demo.html"
+    done = subprocess.run(
+        [*CLI, "demo", "--out", str(out), "--html", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env=demo_env(),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    text = done.stdout
+    run_id = run_id_of(text)
+
+    # Progress while the job ran.
+    assert "agent 0: joined rendezvous round 0" in text
+    assert "agent 1: joined rendezvous round 0" in text
+    assert re.search(r"agent \d: worker rank 1 FAILED", text)
+    assert re.search(r"agent \d: worker rank 0 STOPPED: stopped by the agent", text)
+    assert "joined rendezvous round 1" in text and "job SUCCEEDED" in text
+
+    # The timeline: both nodes in both rounds, the failure in round 0, the restart in round 1.
+    pids = set(re.findall(r"localhost pid (\d+)", text))
+    assert len(pids) == 2
+    first, second = round_block(text, 0), round_block(text, 1)
+    for block in (first, second):
+        assert {p for p in pids if any(f"localhost pid {p} " in line for line in block)} == pids
+    assert "worker failure" in first[0]
+    failed = [line for line in first if " FAILED " in line]
+    assert len(failed) == 1 and " x  rank 1 " in failed[0] and "RuntimeError" in failed[0]
+    assert any("STOPPED" in line and "rank 0" in line for line in first)
+    assert "RESTART after a failure (agent restarts: 1)" in second[0]
+    assert "job succeeded" in second[0]
+    assert sum("SUCCEEDED" in line and " rank " in line for line in second) == 2
+
+    # The summary: what the restart cost, phase by phase, on each node.
+    assert f"SUMMARY · run {run_id} · wall " in text and "2 restarts cost " in text
+    restarts = [line for line in text.splitlines() if line.startswith("  restart at +")]
+    assert len(restarts) == 2 and any("worker_failure" in line for line in restarts)
+    for line in restarts:
+        assert all(f"{p} " in line for p in ("stop_workers", "rendezvous", "start_workers"))
+        assert "training resumed after" in line
+
+    # The file the agents wrote, and the page.
+    spans, logs = read_otlp_json(out)
+    agents = [s for s in spans if s["name"] == "agent.run"]
+    assert len(agents) == 2
+    assert {s["attributes"][A.RUN_ID] for s in spans if A.RUN_ID in s["attributes"]} == {run_id}
+    assert len({s["resource"]["service.instance.id"] for s in agents}) == 2  # two processes
+    # the training script's own spans, in its worker span (it exports to the same file)
+    by_id = {s["span_id"]: s for s in spans}
+    own = [s for s in spans if s["name"] in ("init_process_group", A.SPAN_WORKER_FIRST_STEP)]
+    assert own and all(by_id[s["parent_span_id"]]["name"] == A.SPAN_WORKER for s in own)
+    assert any(r["event_name"] == "torchelastic.rendezvous.joined" for r in logs)
+    assert "<script" in page.read_text() and f"{len(spans)} spans" in text
+
+    assert job_processes(run_id) == []
+
+
+@pytest.mark.e2e
+def test_demo_exports_over_otlp_and_keeps_the_local_file(
+    tmp_path: Path, grpc_receiver: OtlpReceiver
+) -> None:
+    out = tmp_path / "demo.jsonl"
+    done = subprocess.run(
+        [*CLI, "demo", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env=demo_env(**grpc_receiver.exporter_env()),
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert f"OTLP endpoint {grpc_receiver.endpoint}" in done.stdout
+    received = grpc_receiver.wait_for_spans(2, where=lambda s: s["name"] == "agent.run")
+    assert {s["status_code"] for s in received} == {"OK"}
+    spans, _ = read_otlp_json(out)
+    assert sorted(s["span_id"] for s in grpc_receiver.spans()) == sorted(
+        s["span_id"] for s in spans
+    )  # the same spans went both ways
+    assert "OTLP export problem" not in done.stdout
+    assert job_processes(run_id_of(done.stdout)) == []
+
+
+@pytest.mark.e2e
+def test_ctrl_c_stops_every_process_of_the_job(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [*CLI, "demo", "--out", str(tmp_path / "demo.jsonl")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=demo_env(),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "started worker rank" in line:
+                break
+        run_id = run_id_of("".join(seen))
+        assert job_processes(run_id)  # the job is running, workers included
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.stderr.read() == "elastic-otel: error: interrupted\n"
+    assert job_processes(run_id) == []
+
+
+@pytest.mark.e2e
+def test_timeout_stops_the_job_and_fails(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*CLI, "demo", "--out", str(tmp_path / "demo.jsonl"), "--timeout", "4"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=demo_env(),
+    )
+    assert done.returncode == 1
+    assert "timed out after 4s: stopped the job" in done.stdout
+    assert done.stderr == (
+        "elastic-otel: error: the demo job did not succeed (see the agents' logs above)\n"
+    )
+    assert job_processes(run_id_of(done.stdout)) == []
+
+
+def test_help_for_every_command() -> None:
+    done = subprocess.run([*CLI, "--help"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0
+    for command in ("demo", "replay", "timeline"):
+        assert command in done.stdout
+        sub = subprocess.run([*CLI, command, "--help"], capture_output=True, text=True, timeout=30)
+        assert sub.returncode == 0 and f"usage: elastic-otel {command}" in sub.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["demo", "--timeout", "0"], {}, "--timeout must be positive"),
+        (
+            ["demo"],
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://[broken"},
+            "is not an endpoint URL",
+        ),
+        (["demo", "--out", "/nonexistent-dir/x.jsonl"], {}, "/nonexistent-dir: no such directory"),
+    ],
+)
+def test_demo_refuses_bad_settings_in_one_line(
+    args: list[str], env: dict[str, str], message: str
+) -> None:
+    done = subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=30, env=demo_env(**env)
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr

@@ -1,0 +1,188 @@
+"""The package's structure as docs/architecture.md (Layout) describes it, checked on the source.
+
+Every module sits in a folder that is a layer, in the order data flows (names → parsing → model
+→ emit → bridge → integration / worker → cli); imports run one way, downward (not even a
+function-level import reaches back up), no module imports another's private names, and the
+folders that must stay free of torch and OpenTelemetry are.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "elastic_otel"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(name: str) -> str | None:
+    """The project module ``name`` refers to (a package's attribute may be a submodule)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str) -> list[tuple[str, str, int]]:
+    """(imported module, imported name, line) for every project import in ``module``."""
+    tree = ast.parse(MODULES[module].read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("elastic_otel"):
+                    found.append((_resolve(alias.name), "", node.lineno))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if not node.module.startswith("elastic_otel"):
+                continue
+            for alias in node.names:
+                target = _resolve(f"{node.module}.{alias.name}") or _resolve(node.module)
+                found.append((target, alias.name, node.lineno))
+    return [(t, n, line) for t, n, line in found if t is not None and t != module]
+
+
+GRAPH = {m: sorted({t for t, _, _ in _imports(m)}) for m in MODULES}
+
+
+def test_imports_run_one_way() -> None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for target in GRAPH[module]:
+            if state.get(target) == 1:
+                cycle = [*path[path.index(target) :], target]
+                pytest.fail("import cycle: " + " → ".join(cycle))
+            if target not in state:
+                visit(target)
+        path.pop()
+        state[module] = 2
+
+    for module in MODULES:
+        if module not in state:
+            visit(module)
+
+
+def test_runtime_never_imports_the_command_line_tools() -> None:
+    runtime = [m for m in MODULES if not m.startswith("elastic_otel.cli")]
+    offenders = [(m, t) for m in runtime for t in GRAPH[m] if t.startswith("elastic_otel.cli")]
+    assert offenders == []
+
+
+def test_no_private_names_across_modules() -> None:
+    offenders = [
+        (m, name, line)
+        for m in MODULES
+        for _, name, line in _imports(m)
+        if name.startswith("_") and not name.startswith("__")
+    ]
+    assert offenders == []
+
+
+LAYERS = {
+    "names": 0,
+    "version": 0,
+    "parsing": 1,
+    "model": 2,
+    "emit": 3,
+    "bridge": 4,
+    "integration": 5,
+    "worker": 5,
+    "": 6,  # the package's public functions (elastic_otel/__init__.py)
+    "cli": 7,
+}
+"""Each folder's place in the flow of data; a module imports only from its own folder or from
+folders below it (``integration`` and ``worker`` share a level and do not import each other)."""
+
+PURE = ("names", "parsing", "model")
+"""Folders that import neither torch nor OpenTelemetry: testable without either."""
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_module_is_in_a_layer() -> None:
+    assert sorted({_folder(m) for m in MODULES} - LAYERS.keys()) == []
+
+
+def test_layers_import_only_downward() -> None:
+    offenders = [
+        f"{m} → {t}"
+        for m in MODULES
+        for t in GRAPH[m]
+        if _folder(t) != _folder(m)
+        and (LAYERS[_folder(t)] >= LAYERS[_folder(m)] and _folder(t) != "version")
+    ]
+    assert offenders == []
+
+
+def _third_party_imports(module: str) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found & {"torch", "opentelemetry", "grpc", "google"}
+
+
+def test_pure_folders_import_neither_torch_nor_opentelemetry() -> None:
+    offenders = {m: sorted(_third_party_imports(m)) for m in MODULES if _folder(m) in PURE}
+    assert {m: v for m, v in offenders.items() if v} == {}
+
+
+@pytest.mark.parametrize(
+    ("modules", "without_torch"),
+    [
+        # Pure parsing and state machines: they run with torch unimportable and load no SDK.
+        (sorted(m for m in MODULES if _folder(m) in PURE), True),
+        # What torch's entry point and `import elastic_otel` load before the bridge starts.
+        (
+            [
+                "elastic_otel",
+                "elastic_otel.bridge.handler",
+                "elastic_otel.integration.registration",
+                "elastic_otel.integration.activation",
+                "elastic_otel.integration.entry_points",
+            ],
+            False,
+        ),
+    ],
+)
+def test_modules_that_must_not_import_the_sdk(modules: list[str], without_torch: bool) -> None:
+    code = (
+        "import sys\n"
+        + ("sys.modules['torch'] = None  # any torch import fails\n" if without_torch else "")
+        + "".join(f"import {n}\n" for n in modules)
+        + "bad = sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk'))\n"
+        + "print(bad)\n"
+        + "sys.exit(1 if bad else 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_torch_loaded_subpackages_have_empty_inits() -> None:
+    """torch and the SDK load ``integration`` and ``emit`` through entry points, torch while it
+    imports itself: no runtime folder's ``__init__`` imports anything (``cli``'s names the
+    console script)."""
+    for folder in LAYERS:
+        init = PACKAGE / folder / "__init__.py"
+        if folder and folder != "cli" and init.exists():
+            assert init.read_text().strip() == "", f"{init} is not empty"
