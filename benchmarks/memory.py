@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from benchmarks import common
-from elastic_otel.model.trace_model import DEFAULT_MAX_TRACKED
+from elastic_otel.names.environment_variables import DEFAULT_MAX_OPEN_SPANS as DEFAULT_MAX_TRACKED
 
 MODULE = "benchmarks.memory"
 MB = 1024 * 1024

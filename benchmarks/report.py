@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from benchmarks.common import ratio
-from elastic_otel.model.trace_model import DEFAULT_MAX_TRACKED
+from elastic_otel.names.environment_variables import DEFAULT_MAX_OPEN_SPANS as DEFAULT_MAX_TRACKED
 
 SECTION_TITLES = (
     "## Machine",

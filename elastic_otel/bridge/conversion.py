@@ -14,7 +14,8 @@ from elastic_otel.model.snapshots import HEARTBEAT, STOP, SnapshotSchedule
 from elastic_otel.model.spans import Output, SpanRecord
 from elastic_otel.model.trace_model import TraceModel, WorkerLaunch
 from elastic_otel.names.counters import EventCounters
-from elastic_otel.parsing.torch_events import DEFAULT_RAW_LIMIT, EventKind, parse_event
+from elastic_otel.names.environment_variables import DEFAULT_RAW_LIMIT
+from elastic_otel.parsing.torch_events import EventKind, parse_event
 
 SpanObserver = Callable[[list[SpanRecord]], None]
 

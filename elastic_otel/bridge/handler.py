@@ -12,7 +12,13 @@ is drained, open spans are ended and marked, and the pipeline is flushed, all wi
 ``ELASTIC_OTEL_EXIT_TIMEOUT`` seconds (:mod:`elastic_otel.bridge.process_exit`).
 
 The process-wide handler, the one torch's registry, the traced rendezvous backends and the
-torchelastic 0.2 handler share, is :func:`get_handler`.
+torchelastic 0.2 handler share, is :func:`get_handler`; what registering it with torch changes
+is owned by :class:`elastic_otel.integration.registration.Bridge`.
+
+Settings (:class:`~elastic_otel.names.settings.Settings`) are read once, when the handler is
+made (or given to it), and passed down to the pipeline, the trace model and the exit path. Its
+shutdown is one step of the process's exit path (:data:`elastic_otel.bridge.process_exit.EXIT`),
+registered when it starts, beside the other owners' steps and within the same bound.
 """
 
 from __future__ import annotations
@@ -29,10 +35,10 @@ from elastic_otel.bridge.conversion import Conversion, SpanObserver
 from elastic_otel.bridge.event_thread import EventThread, bridge_section, inside_bridge
 from elastic_otel.bridge.fork_safety import GUARD as FORK_GUARD
 from elastic_otel.model.trace_ids import job_salt
-from elastic_otel.model.trace_model import DEFAULT_MAX_TRACKED, TraceModel, WorkerLaunch
-from elastic_otel.names import environment_variables as env
+from elastic_otel.model.trace_model import TraceModel, WorkerLaunch
 from elastic_otel.names.counters import ALL_KEYS, EventCounters
-from elastic_otel.parsing.torch_events import DEFAULT_RAW_LIMIT, safe_text
+from elastic_otel.names.settings import Settings
+from elastic_otel.parsing.torch_events import safe_text
 
 if TYPE_CHECKING:  # both import the OpenTelemetry SDK: only once the bridge starts
     from elastic_otel.emit.emitter import Emitter
@@ -48,18 +54,21 @@ class OtelHandler(logging.Handler):
 
     ``pipeline_factory`` builds the :class:`~elastic_otel.emit.pipeline.Pipeline` (default: from
     the environment); ``None`` from it means nothing is exported (events are still counted).
+    ``settings``: default, read from the environment now.
     """
 
-    def __init__(self, pipeline_factory: PipelineFactory | None = None) -> None:
+    def __init__(
+        self, pipeline_factory: PipelineFactory | None = None, settings: Settings | None = None
+    ) -> None:
         super().__init__(level=logging.NOTSET)
         self._factory = pipeline_factory
-        self._exit_timeout = env.env_float(
-            env.ELASTIC_OTEL_EXIT_TIMEOUT, env.DEFAULT_EXIT_TIMEOUT_S
-        )
-        self._traces = env.env_flag(env.ELASTIC_OTEL_TRACES, True)
+        self.settings = Settings.from_environment() if settings is None else settings
+        self._exit_timeout = self.settings.exit_timeout_s
+        self._traces = self.settings.traces
+        self._exit_step = f"bridge handler {id(self):x}"
         self._start_lock = threading.Lock()
         self._new_process()
-        if env.env_flag(env.ELASTIC_OTEL_FORK_GUARD, True):
+        if self.settings.fork_guard:
             FORK_GUARD.watch()  # first: its hook must run in a child before any that starts threads
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork_in_child)
@@ -176,28 +185,25 @@ class OtelHandler(logging.Handler):
             FORK_GUARD.reserve_inherited_stacks()  # before this process's first bridge thread
             with bridge_section():
                 emitter = self._build_pipeline()
+            settings = self.settings
             conversion = Conversion(
                 TraceModel(
                     salt=job_salt(),
-                    max_tracked=env.env_int(env.ELASTIC_OTEL_MAX_OPEN_SPANS, DEFAULT_MAX_TRACKED),
-                    heartbeat_logs=env.env_flag(env.ELASTIC_OTEL_HEARTBEAT_LOGS, True),
-                    stall_after_s=env.env_float(
-                        env.ELASTIC_OTEL_STALL_AFTER, env.DEFAULT_STALL_AFTER_S
-                    ),
+                    max_tracked=settings.max_open_spans,
+                    heartbeat_logs=settings.heartbeat_logs,
+                    stall_after_s=settings.stall_after_s,
                 ),
                 emitter,
                 self.counters,
                 traces=self._traces,
-                raw_limit=env.env_int(env.ELASTIC_OTEL_RAW_LIMIT, DEFAULT_RAW_LIMIT),
-                open_span_interval_s=env.env_float(
-                    env.ELASTIC_OTEL_OPEN_SPAN_INTERVAL, env.DEFAULT_OPEN_SPAN_INTERVAL_S
-                ),
+                raw_limit=settings.raw_limit,
+                open_span_interval_s=settings.open_span_interval_s,
             )
             conversion.span_observer = self._span_observer
-            queue_size = env.env_int(env.ELASTIC_OTEL_QUEUE_SIZE, env.DEFAULT_QUEUE_SIZE)
-            self._worker = EventThread(conversion, self.counters, queue_size)
+            self._worker = EventThread(conversion, self.counters, settings.queue_size)
             self._worker.start()
-            process_exit.install(self.shutdown, self.terminate)
+            process_exit.EXIT.add(self._exit_step, self.shutdown, self._exit_timeout)
+            process_exit.watch_signals(self.terminate)
             FORK_GUARD.bridge_running = True
             self._started = True
 
@@ -208,7 +214,7 @@ class OtelHandler(logging.Handler):
             else:
                 from elastic_otel.emit.pipeline import build_pipeline
 
-                self._pipeline = build_pipeline()
+                self._pipeline = build_pipeline(settings=self.settings)
             if self._pipeline is None:
                 return None
             from elastic_otel.emit.emitter import Emitter
@@ -271,6 +277,7 @@ class OtelHandler(logging.Handler):
         if self._closed:
             return
         self._closed = True
+        process_exit.EXIT.remove(self._exit_step)  # done here: not again at exit
         deadline = time.monotonic() + self._exit_timeout
         with bridge_section():
             worker = self._worker
@@ -299,12 +306,13 @@ _lock = threading.Lock()
 _handler: OtelHandler | None = None
 
 
-def get_handler() -> OtelHandler:
-    """The process-wide bridge handler (created on first use, without starting the SDK)."""
+def get_handler(settings: Settings | None = None) -> OtelHandler:
+    """The process-wide bridge handler (created on first use, with ``settings`` or those of the
+    environment then, without starting the SDK)."""
     global _handler
     with _lock:
         if _handler is None:
-            _handler = OtelHandler()
+            _handler = OtelHandler(settings=settings)
         return _handler
 
 

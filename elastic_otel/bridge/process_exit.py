@@ -1,7 +1,15 @@
 """Process exit: flush the bridge at interpreter exit, on an unhandled SIGTERM, and on a signal
 that arrives while torch blocks in C++.
 
-``atexit`` runs the bridge's bounded shutdown. A SIGTERM with the default disposition would
+**One exit path.** Every owner of something to flush at exit (the bridge handler's logs and
+spans, the last export of torchelastic's metrics, a worker's own providers) registers a bounded
+shutdown step on :data:`EXIT`; the steps run together, each on its own daemon thread, within
+one ``ELASTIC_OTEL_EXIT_TIMEOUT`` bound, once. Why: the exit used to run from several hooks
+(the handler's ``atexit``, the metrics' own, the worker's), each with its own bound written
+again; run one after the other they could add up, and which one ran first decided what the
+others could still export. One path, one bound: the exit costs the slowest step, never the sum.
+
+``atexit`` runs that path. A SIGTERM with the default disposition would
 kill the process without running ``atexit``, so where nobody handles SIGTERM (plain scripts;
 torchrun before its workers start) a handler shuts the bridge down first and then lets the
 signal take its default course, so the exit status stays what the sender expects. torchrun
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -29,10 +38,12 @@ import socket
 import threading
 from collections.abc import Callable
 
+from elastic_otel.emit.bounded import run_bounded
+
 _logger = logging.getLogger("elastic_otel")
 
-Shutdown = Callable[[str, bool], None]
-"""The bridge's shutdown: ``(reason, error)``."""
+Shutdown = Callable[[str, bool], object]
+"""A bounded shutdown step: ``(reason, error)``."""
 
 Terminate = Callable[[str], None]
 """The bridge's terminate path: end open spans with ``reason`` and export them, stay open."""
@@ -49,16 +60,63 @@ def signal_reason(signum: int) -> str:
     return f"process terminated ({name}, signal {signum})"
 
 
-def install(shutdown: Shutdown, terminate: Terminate | None = None) -> None:
-    """Run ``shutdown`` at interpreter exit and on SIGTERM where nobody handles it; run
-    ``terminate`` as soon as SIGTERM or SIGINT arrives, even while the main thread is blocked."""
-    atexit.register(shutdown, "process exit", False)
-    _install_sigterm(shutdown)
-    if terminate is not None:
-        watch_signals(terminate)
+class ExitPath:
+    """The process's one exit path: the bounded shutdown steps its owners registered, run
+    together (each on its own daemon thread) within one bound, once.
+
+    The bound is ``ELASTIC_OTEL_EXIT_TIMEOUT``: every owner passes the value it read
+    (:class:`~elastic_otel.names.settings.Settings`), so they agree; the largest is used. A step
+    still running at the bound is abandoned. Steps run at interpreter exit (one ``atexit``
+    hook), on an unhandled SIGTERM (see the module docstring), or when :meth:`run` is called.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._steps: dict[str, tuple[Shutdown, float]] = {}
+        self._at_exit = False
+
+    def add(self, name: str, step: Shutdown, timeout_s: float, sigterm: bool = True) -> None:
+        """Run ``step(reason, error)`` on this path (replacing a step of the same ``name``).
+
+        ``sigterm``: also run the path on a SIGTERM nobody handles (only from the main
+        thread, where ``signal.signal`` works); the worker's telemetry does not ask for it,
+        so that a worker torch stops dies as promptly as it would without it.
+        """
+        with self._lock:
+            self._steps[name] = (step, timeout_s)
+            if not self._at_exit:
+                atexit.register(self.run)
+                self._at_exit = True
+        if sigterm:
+            _install_sigterm(self.run)
+
+    def remove(self, name: str) -> bool:
+        """Take ``name``'s step off the path (its owner shut it down itself)."""
+        with self._lock:
+            return self._steps.pop(name, None) is not None
+
+    def steps(self) -> list[str]:
+        """The names of the steps still to run."""
+        with self._lock:
+            return list(self._steps)
+
+    def run(self, reason: str = "process exit", error: bool = False) -> bool:
+        """Run every registered step once, together, within the bound; ``True`` when all
+        returned in time. Steps registered later run on a later call."""
+        with self._lock:
+            steps = list(self._steps.values())
+            self._steps.clear()
+        if not steps:
+            return True
+        timeout_s = max(timeout for _, timeout in steps)
+        return run_bounded([functools.partial(step, reason, error) for step, _ in steps], timeout_s)
 
 
-def _install_sigterm(shutdown: Shutdown) -> None:
+EXIT = ExitPath()
+"""The process's exit path."""
+
+
+def _install_sigterm(run: Shutdown) -> None:
     if threading.current_thread() is not threading.main_thread():
         return  # signal.signal only works on the main thread
     try:
@@ -68,7 +126,7 @@ def _install_sigterm(shutdown: Shutdown) -> None:
         return
 
     def on_sigterm(signum: int, _frame: object) -> None:
-        shutdown(signal_reason(signum), True)
+        run(signal_reason(signum), True)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 

@@ -35,7 +35,7 @@ from elastic_otel.cli.timeline.build import build_timeline, render_text, use_col
 from elastic_otel.model.logs import rendezvous_event_name
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
-from elastic_otel.names.torch_names import STATUS_PREFIX
+from elastic_otel.names.torch_names import STATUS_PREFIX, WorkerState
 from elastic_otel.parsing.torch_events import RdzvAction
 
 DEFAULT_OUT = "elastic-otel-demo.jsonl"
@@ -349,7 +349,7 @@ class ProgressFollower:
             "REPLACED",
             "RESTARTED",
             "TERMINATED",
-            A.STATE_STOPPED,
+            WorkerState.STOPPED.value,
         ):
             reason = attrs.get(A.END_REASON, "")
             return [

@@ -31,11 +31,11 @@ from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportRes
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from elastic_otel.names.counters import DeliveryCounters
+from elastic_otel.names.environment_variables import DEFAULT_RETRY_QUEUE_SIZE
 
 _CHUNK = 512
 _FIRST_BACKOFF_S = 1.0
 _MAX_BACKOFF_S = 30.0
-DEFAULT_RETRY_QUEUE_SIZE = 100_000
 
 _logger = logging.getLogger("elastic_otel")
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from opentelemetry import trace as trace_api
 from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans
+from opentelemetry.sdk.environment_variables import OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -37,7 +38,7 @@ _STATUS = {STATUS_OK: StatusCode.OK, STATUS_ERROR: StatusCode.ERROR}
 
 
 def value_limit() -> int:
-    raw = os.environ.get("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "").strip()
+    raw = os.environ.get(OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, "").strip()
     try:
         return max(1, int(raw)) if raw else DEFAULT_VALUE_LIMIT
     except ValueError:

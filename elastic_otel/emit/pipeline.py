@@ -11,7 +11,12 @@ own code), their processors and resource are used instead of a second pipeline.
 
 The SDK's own exit hooks are not used for pipelines built here: its ``force_flush`` ignores
 its timeout and an export to an unreachable collector retries for ``OTEL_EXPORTER_OTLP_TIMEOUT``
-(10 s). :meth:`Pipeline.shutdown` bounds the whole flush instead, on helper threads.
+(10 s). :meth:`Pipeline.shutdown` bounds the whole flush instead, on helper threads
+(:func:`elastic_otel.emit.bounded.run_bounded`).
+
+Settings come from the caller (:class:`elastic_otel.names.settings.Settings`, read once); the
+standard ``OTEL_*`` names are OpenTelemetry's own constants
+(``opentelemetry.environment_variables``, ``opentelemetry.sdk.environment_variables``).
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,14 +32,24 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace as trace_api
 from opentelemetry._logs import Logger, get_logger_provider
+from opentelemetry.environment_variables import (
+    OTEL_LOGS_EXPORTER,
+    OTEL_METRICS_EXPORTER,
+    OTEL_TRACES_EXPORTER,
+)
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.environment_variables import (
+    OTEL_BLRP_MAX_QUEUE_SIZE,
+    OTEL_BSP_MAX_QUEUE_SIZE,
+    OTEL_SDK_DISABLED,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from elastic_otel.emit.bounded import run_bounded
 from elastic_otel.emit.delivery import (
-    DEFAULT_RETRY_QUEUE_SIZE,
     EXPORT_WARNINGS,
     ExportWarnings,
     LogOutageBuffer,
@@ -44,9 +58,9 @@ from elastic_otel.emit.delivery import (
     install_export_warnings,
 )
 from elastic_otel.names import counters as C
-from elastic_otel.names import environment_variables as env
 from elastic_otel.names.attributes import INSTRUMENTATION_SCOPE
 from elastic_otel.names.counters import DeliveryCounters
+from elastic_otel.names.settings import Settings
 
 if TYPE_CHECKING:  # the metrics SDK is imported when metrics are installed
     from opentelemetry.sdk.metrics import MeterProvider
@@ -55,16 +69,16 @@ _logger = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_NAME = "torchelastic"
 _SIGNAL_ENV = {
-    "traces": "OTEL_TRACES_EXPORTER",
-    "logs": "OTEL_LOGS_EXPORTER",
-    "metrics": "OTEL_METRICS_EXPORTER",
+    "traces": OTEL_TRACES_EXPORTER,
+    "logs": OTEL_LOGS_EXPORTER,
+    "metrics": OTEL_METRICS_EXPORTER,
 }
 _ENTRY_POINT_GROUP = {signal: f"opentelemetry_{signal}_exporter" for signal in _SIGNAL_ENV}
 _SPAN_AND_LOG = ("traces", "logs")
 
 
 def sdk_disabled() -> bool:
-    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+    return os.environ.get(OTEL_SDK_DISABLED, "").strip().lower() == "true"
 
 
 def build_resource(extra: dict[str, Any] | None = None) -> Resource:
@@ -198,8 +212,9 @@ class Pipeline:
         return ok
 
 
-def build_pipeline(version: str = "") -> Pipeline | None:
-    """The pipeline the environment asks for; ``None`` when ``OTEL_SDK_DISABLED=true``."""
+def build_pipeline(version: str = "", settings: Settings | None = None) -> Pipeline | None:
+    """The pipeline the environment asks for; ``None`` when ``OTEL_SDK_DISABLED=true``.
+    ``settings``: the caller's (default: read now)."""
     if sdk_disabled():
         return None
     app_tracer = trace_api.get_tracer_provider()
@@ -207,7 +222,7 @@ def build_pipeline(version: str = "") -> Pipeline | None:
     app_span_processor = getattr(app_tracer, "_active_span_processor", None)
     if isinstance(app_tracer, TracerProvider) and app_span_processor is not None:
         return _borrowed(app_tracer, app_logger, app_span_processor, version)
-    return _owned(version)
+    return _owned(version, settings or Settings.from_environment())
 
 
 def _borrowed(
@@ -225,11 +240,11 @@ def _borrowed(
     return pipeline
 
 
-def _owned(version: str) -> Pipeline:
+def _owned(version: str, settings: Settings) -> Pipeline:
     resource = build_resource()
     delivery = DeliveryCounters()
     buffers: list[OutageBuffer] = []
-    retry_size = env.env_int(env.ELASTIC_OTEL_RETRY_QUEUE_SIZE, DEFAULT_RETRY_QUEUE_SIZE)
+    retry_size = settings.retry_queue_size
 
     def span_buffer(name: str) -> SpanOutageBuffer:
         buffer = SpanOutageBuffer(load_exporter("traces", name), delivery, "traces", retry_size)
@@ -252,9 +267,9 @@ def _owned(version: str) -> Pipeline:
     # The bridge's worker fills the SDK's queues much faster than torch records events; the
     # SDK default (2048) would drop bursts the bridge's own queue accepted. Unless the user
     # set them, size the SDK queues like the bridge's.
-    queue = env.env_int(env.ELASTIC_OTEL_QUEUE_SIZE, env.DEFAULT_QUEUE_SIZE)
-    bsp_queue = None if os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE") else queue
-    blrp_queue = None if os.environ.get("OTEL_BLRP_MAX_QUEUE_SIZE") else queue
+    queue = settings.queue_size
+    bsp_queue = None if os.environ.get(OTEL_BSP_MAX_QUEUE_SIZE) else queue
+    blrp_queue = None if os.environ.get(OTEL_BLRP_MAX_QUEUE_SIZE) else queue
 
     span_processor: SynchronousMultiSpanProcessor | None = None
     trace_names = exporter_names("traces")
@@ -289,39 +304,3 @@ def _owned(version: str) -> Pipeline:
         pipeline._flushers.append(chain(logger_provider.force_flush, *by_signal["logs"]))
         pipeline._closers.append(logger_provider.shutdown)
     return pipeline
-
-
-def run_bounded(
-    calls: list[Callable[[], Any]], timeout_s: float, give_up: Callable[[], bool] | None = None
-) -> bool:
-    """Run ``calls`` concurrently on daemon threads; give up on them after ``timeout_s``.
-
-    A call still blocked then (an export retrying against a dead collector) is abandoned:
-    its daemon thread ends with the interpreter.
-    """
-    threads = []
-    for call in calls:
-        t = threading.Thread(target=_quiet(call), name="elastic-otel-flush", daemon=True)
-        try:
-            t.start()
-        except RuntimeError:  # interpreter finalising: run inline, it is all we can do
-            _quiet(call)()
-            continue
-        threads.append(t)
-    deadline = time.monotonic() + timeout_s
-    for t in threads:
-        while t.is_alive() and time.monotonic() < deadline:
-            t.join(min(0.02, max(0.0, deadline - time.monotonic())))
-            if give_up is not None and give_up():
-                return False
-    return not any(t.is_alive() for t in threads)
-
-
-def _quiet(call: Callable[[], Any]) -> Callable[[], None]:
-    def run() -> None:
-        try:
-            call()
-        except Exception:  # exporter errors are the SDK's to report; never ours to raise
-            _logger.debug("elastic-otel: flush step failed", exc_info=True)
-
-    return run

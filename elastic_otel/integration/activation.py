@@ -21,19 +21,19 @@ import logging
 
 from elastic_otel.integration import torchrun_args
 from elastic_otel.integration.registration import register
-from elastic_otel.names import environment_variables as env
+from elastic_otel.names.settings import Settings
 
 _logger = logging.getLogger("elastic_otel")
 
 
-def setting() -> bool | None:
+def setting(settings: Settings | None = None) -> bool | None:
     """``ELASTIC_OTEL_ENABLED``: ``True``, ``False``, or ``None`` (unset: decide from context)."""
-    return env.env_switch(env.ELASTIC_OTEL_ENABLED)
+    return (Settings.from_environment() if settings is None else settings).enabled
 
 
-def requested(context_requests: bool = False) -> bool:
+def requested(context_requests: bool = False, settings: Settings | None = None) -> bool:
     """Whether this process should be activated (see the module docstring)."""
-    explicit = setting()
+    explicit = setting(settings)
     if explicit is not None:
         return explicit
     return context_requests or torchrun_args.asks_for_bridge()
@@ -46,10 +46,11 @@ def activate(context_requests: bool = False) -> bool:
     asks for telemetry by being used. Returns whether the bridge was activated; never raises.
     """
     try:
-        if requested(context_requests):
-            register(start=True)
+        settings = Settings.from_environment()  # read once: the process's handler gets them
+        if requested(context_requests, settings):
+            register(start=True, settings=settings)
             return True
-        register(route_rendezvous=False, start=False)
+        register(route_rendezvous=False, start=False, settings=settings)
     except Exception as e:  # never break torchrun's start-up
         _logger.warning("elastic-otel: not activated: %s", e)
     return False

@@ -4,8 +4,9 @@ torch records worker outcomes only in its final events, after the exit barrier, 
 nothing for a worker that fails before a restart: the agent learns each outcome from
 ``_monitor_workers`` (a ``RunResult`` with a ``ProcessFailure`` per failed rank: pid, exit
 code, error file data, time) and acts on it without an event. So, as OpenTelemetry's
-instrumentation packages do for libraries, :func:`instrument` wraps three methods of torch's
-agent classes on activation, and :func:`uninstrument` puts them back (six methods):
+instrumentation packages do for libraries, :class:`AgentInstrumentation` wraps methods of torch's
+agent classes on activation and puts them back when asked (six methods; :func:`instrument` /
+:func:`uninstrument` on the process's :data:`AGENT`):
 
 * ``LocalElasticAgent._monitor_workers``: when it reports the group FAILED or SUCCEEDED, one
   ``torchelastic.worker.status.<STATE>`` event per failed or finished worker, built by the
@@ -49,25 +50,23 @@ import weakref
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from elastic_otel.bridge.handler import get_handler
+from elastic_otel.bridge.handler import OtelHandler, get_handler
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
-from elastic_otel.names.torch_names import AGENT_STEP_PREFIX
+from elastic_otel.names.torch_names import AGENT_STEP_PREFIX, WorkerState
 
 _logger = logging.getLogger("elastic_otel")
 
-OBSERVED_BY = "monitor_workers"
-STATE_STOPPED = "STOPPED"
+OBSERVED_BY_MONITOR = "monitor_workers"
+"""The value of ``torchelastic.observed_by`` on the outcomes this module reports."""
 _STOP_EXIT_CODES = frozenset({-signal.SIGTERM, -signal.SIGKILL})
 _WRAPPED_FLAG = "__elastic_otel_wrapped__"
 Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
 _Target = tuple[type, str, Wrapper, int]  # class, method, wrapper, number of parameters
-_lock = threading.Lock()
-_originals: list[tuple[type, str, Any]] = []
-_RESTART_CAUSES = {
-    "FAILED": A.CAUSE_WORKER_FAILURE,
-    "UNHEALTHY": A.CAUSE_WORKER_FAILURE,
-    "HEALTHY": A.CAUSE_MEMBERSHIP_CHANGE,
+_RESTART_CAUSES: dict[str, str] = {
+    WorkerState.FAILED: A.CAUSE_WORKER_FAILURE,
+    WorkerState.UNHEALTHY: A.CAUSE_WORKER_FAILURE,
+    WorkerState.HEALTHY: A.CAUSE_MEMBERSHIP_CHANGE,
 }
 # The time of each agent's latest root failure (seconds), for the detection delay.
 _failed_at: MutableMapping[Any, float] = weakref.WeakKeyDictionary()
@@ -77,53 +76,103 @@ TESTED_TORCH = ((2, 13), (2, 13))
 """The oldest and newest torch (major, minor) the agent instrumentation is tested with (CI)."""
 
 
-def instrument(force: bool = False) -> bool:
-    """Wrap torch's agent methods (idempotent); ``False`` when not done.
+class AgentInstrumentation:
+    """The wrapping of torch's agent methods, and the originals to put back: state on the
+    instance, in the shape of OpenTelemetry's ``BaseInstrumentor._instrument`` /
+    ``_uninstrument``. torch's classes are process-wide, so the process has one,
+    :data:`AGENT`, which the :class:`~elastic_otel.integration.registration.Bridge` holds."""
 
-    Only on the torch versions in :data:`TESTED_TORCH`, unless ``force``
-    (``ELASTIC_OTEL_AGENT_INSTRUMENTATION=true``); even then, never when torch's internals
-    differ from what the wrappers expect.
-    """
-    with _lock:
-        if _originals:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._originals: list[tuple[type, str, Any]] = []
+        self.handler: OtelHandler | None = None
+
+    def instrument(self, force: bool = False, handler: OtelHandler | None = None) -> bool:
+        """Wrap torch's agent methods (idempotent); ``False`` when not done.
+
+        Only on the torch versions in :data:`TESTED_TORCH`, unless ``force``
+        (``ELASTIC_OTEL_AGENT_INSTRUMENTATION=true``); even then, never when torch's internals
+        differ from what the wrappers expect. What the agent observes goes to ``handler``
+        (default: the process-wide bridge handler).
+        """
+        with self._lock:
+            if self._originals:
+                return True
+            version = _torch_version()
+            if not force and not TESTED_TORCH[0] <= version <= TESTED_TORCH[1]:
+                _logger.debug(
+                    "elastic-otel: agent not instrumented: torch %s.%s is not a version it was "
+                    "tested with (%s.%s to %s.%s); ELASTIC_OTEL_AGENT_INSTRUMENTATION=true uses "
+                    "it",
+                    *version,
+                    *TESTED_TORCH[0],
+                    *TESTED_TORCH[1],
+                )
+                return False
+            try:
+                from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+                from torch.distributed.elastic.agent.server.local_elastic_agent import (
+                    LocalElasticAgent,
+                )
+            except ImportError as e:
+                _logger.debug("elastic-otel: agent not instrumented (%s)", e)
+                return False
+            bridge = handler if handler is not None else get_handler()
+            targets: list[_Target] = [
+                (LocalElasticAgent, "_monitor_workers", _monitor_wrapper(bridge), 2),
+                (LocalElasticAgent, "_stop_workers", _step_wrapper("stop_workers", bridge), 2),
+                (LocalElasticAgent, "_start_workers", _step_wrapper("start_workers", bridge), 2),
+                (LocalElasticAgent, "_setup_local_watchdog", _watchdog_wrapper(bridge), 2),
+                (SimpleElasticAgent, "_exit_barrier", _step_wrapper("exit_barrier", bridge), 1),
+                (
+                    SimpleElasticAgent,
+                    "_restart_workers",
+                    _step_wrapper("restart_workers", bridge),
+                    2,
+                ),
+            ]
+            problem = _shape_problem(SimpleElasticAgent, targets)
+            if problem:
+                _logger.debug("elastic-otel: agent not instrumented: %s", problem)
+                return False
+            for cls, name, wrap, _ in targets:
+                original = cls.__dict__[name]
+                wrapped = functools.wraps(original)(wrap(original))
+                setattr(wrapped, _WRAPPED_FLAG, True)
+                setattr(cls, name, wrapped)
+                self._originals.append((cls, name, original))
+            self.handler = bridge
             return True
-        version = _torch_version()
-        if not force and not TESTED_TORCH[0] <= version <= TESTED_TORCH[1]:
-            _logger.debug(
-                "elastic-otel: agent not instrumented: torch %s.%s is not a version it was "
-                "tested with (%s.%s to %s.%s); ELASTIC_OTEL_AGENT_INSTRUMENTATION=true uses it",
-                *version,
-                *TESTED_TORCH[0],
-                *TESTED_TORCH[1],
-            )
-            return False
-        try:
-            from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
-            from torch.distributed.elastic.agent.server.local_elastic_agent import (
-                LocalElasticAgent,
-            )
-        except ImportError as e:
-            _logger.debug("elastic-otel: agent not instrumented (%s)", e)
-            return False
-        targets: list[_Target] = [
-            (LocalElasticAgent, "_monitor_workers", _wrap_monitor, 2),
-            (LocalElasticAgent, "_stop_workers", _step_wrapper("stop_workers"), 2),
-            (LocalElasticAgent, "_start_workers", _step_wrapper("start_workers"), 2),
-            (LocalElasticAgent, "_setup_local_watchdog", _wrap_watchdog, 2),
-            (SimpleElasticAgent, "_exit_barrier", _step_wrapper("exit_barrier"), 1),
-            (SimpleElasticAgent, "_restart_workers", _step_wrapper("restart_workers"), 2),
-        ]
-        problem = _shape_problem(SimpleElasticAgent, targets)
-        if problem:
-            _logger.debug("elastic-otel: agent not instrumented: %s", problem)
-            return False
-        for cls, name, wrap, _ in targets:
-            original = cls.__dict__[name]
-            wrapped = functools.wraps(original)(wrap(original))
-            setattr(wrapped, _WRAPPED_FLAG, True)
-            setattr(cls, name, wrapped)
-            _originals.append((cls, name, original))
-        return True
+
+    def uninstrument(self) -> None:
+        """Put torch's methods back."""
+        with self._lock:
+            while self._originals:
+                cls, name, original = self._originals.pop()
+                setattr(cls, name, original)
+            self.handler = None
+
+    @property
+    def instrumented(self) -> bool:
+        return bool(self._originals)
+
+
+AGENT = AgentInstrumentation()
+"""The process's agent instrumentation (torch's agent classes are process-wide)."""
+
+
+def instrument(force: bool = False) -> bool:
+    """:meth:`AgentInstrumentation.instrument` on :data:`AGENT`."""
+    return AGENT.instrument(force)
+
+
+def uninstrument() -> None:
+    """:meth:`AgentInstrumentation.uninstrument` on :data:`AGENT`."""
+    AGENT.uninstrument()
+
+
+def instrumented() -> bool:
+    return AGENT.instrumented
 
 
 def _torch_version() -> tuple[int, int]:
@@ -134,18 +183,6 @@ def _torch_version() -> tuple[int, int]:
         return int(major), int(minor)
     except (ImportError, ValueError):
         return (0, 0)
-
-
-def uninstrument() -> None:
-    """Put torch's methods back."""
-    with _lock:
-        while _originals:
-            cls, name, original = _originals.pop()
-            setattr(cls, name, original)
-
-
-def instrumented() -> bool:
-    return bool(_originals)
 
 
 def _shape_problem(agent_cls: type, targets: list[_Target]) -> str:
@@ -174,32 +211,35 @@ def _shape_problem(agent_cls: type, targets: list[_Target]) -> str:
 # --- the wrappers -------------------------------------------------------------------------------
 
 
-def _reports_to_bridge(agent: Any) -> bool:
+def _reports_to_bridge(agent: Any, bridge: OtelHandler) -> bool:
     """Whether this agent records its events to the bridge (``--event-log-handler otel``):
     what it observes goes where its own events go, or nowhere."""
     from torch.distributed.elastic.events import handlers
 
     destination = agent._worker_group.spec.event_log_handler
-    return handlers._log_handlers.get(destination) is get_handler()
+    return handlers._log_handlers.get(destination) is bridge
 
 
-def _wrap_monitor(original: Callable[..., Any]) -> Callable[..., Any]:
-    def _monitor_workers(self: Any, worker_group: Any) -> Any:
-        result = original(self, worker_group)
-        try:
-            if _reports_to_bridge(self):
-                _report_outcomes(self, worker_group, result)
-        except Exception:  # never the agent's problem
-            _logger.debug("elastic-otel: worker outcomes not reported", exc_info=True)
-        return result
+def _monitor_wrapper(bridge: OtelHandler) -> Wrapper:
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def _monitor_workers(self: Any, worker_group: Any) -> Any:
+            result = original(self, worker_group)
+            try:
+                if _reports_to_bridge(self, bridge):
+                    _report_outcomes(self, worker_group, result, bridge)
+            except Exception:  # never the agent's problem
+                _logger.debug("elastic-otel: worker outcomes not reported", exc_info=True)
+            return result
 
-    return _monitor_workers
+        return _monitor_workers
+
+    return wrap
 
 
-def _step_wrapper(step: str) -> Wrapper:
+def _step_wrapper(step: str, bridge: OtelHandler) -> Wrapper:
     def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         def step_method(self: Any, *args: Any) -> Any:
-            _report_step(self, step, "start", extra=_recovery_facts(self, step, args))
+            _report_step(self, step, "start", bridge, extra=_recovery_facts(self, step, args))
             start = time.monotonic()
             error: BaseException | None = None
             try:
@@ -208,23 +248,27 @@ def _step_wrapper(step: str) -> Wrapper:
                 error = e
                 raise
             finally:
-                _report_step(self, step, "end", (time.monotonic() - start) * 1000.0, error)
+                duration_ms = (time.monotonic() - start) * 1000.0
+                _report_step(self, step, "end", bridge, duration_ms, error)
 
         return step_method
 
     return wrap
 
 
-def _wrap_watchdog(original: Callable[..., Any]) -> Callable[..., Any]:
-    def _setup_local_watchdog(self: Any, envs: dict[int, dict[str, str]]) -> Any:
-        try:
-            if _reports_to_bridge(self):
-                _add_trace_context(self, envs)
-        except Exception:  # never the agent's problem
-            _logger.debug("elastic-otel: workers started without trace context", exc_info=True)
-        return original(self, envs)
+def _watchdog_wrapper(bridge: OtelHandler) -> Wrapper:
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def _setup_local_watchdog(self: Any, envs: dict[int, dict[str, str]]) -> Any:
+            try:
+                if _reports_to_bridge(self, bridge):
+                    _add_trace_context(self, envs, bridge)
+            except Exception:  # never the agent's problem
+                _logger.debug("elastic-otel: workers started without trace context", exc_info=True)
+            return original(self, envs)
 
-    return _setup_local_watchdog
+        return _setup_local_watchdog
+
+    return wrap
 
 
 # --- events -------------------------------------------------------------------------------------
@@ -248,10 +292,10 @@ def _recovery_facts(agent: Any, step: str, args: tuple[Any, ...]) -> dict[str, A
         return {}
 
 
-def _add_trace_context(agent: Any, envs: dict[int, dict[str, str]]) -> None:
+def _add_trace_context(agent: Any, envs: dict[int, dict[str, str]], bridge: OtelHandler) -> None:
     """Give each worker its ``TRACEPARENT`` and start times (see the module docstring)."""
     run_id = agent._worker_group.spec.rdzv_handler.get_run_id()
-    launch = get_handler().worker_launch(run_id, sorted(envs))
+    launch = bridge.worker_launch(run_id, sorted(envs))
     if launch is None:
         return
     started = str(time.time_ns())
@@ -272,18 +316,17 @@ def traceparent(trace_id: int, span_id: int) -> str:
     return f"00-{trace_id:032x}-{span_id:016x}-01"
 
 
-def _report_outcomes(agent: Any, worker_group: Any, result: Any) -> None:
+def _report_outcomes(agent: Any, worker_group: Any, result: Any, handler: OtelHandler) -> None:
     state = getattr(getattr(result, "state", None), "name", "")
-    if state not in ("FAILED", "SUCCEEDED"):
+    if state not in (WorkerState.FAILED, WorkerState.SUCCEEDED):
         return  # HEALTHY, UNHEALTHY, UNKNOWN: nothing ended that the agent knows of
     from torch.distributed.elastic.events import EventSource
 
     failures = getattr(result, "failures", {}) or {}
     returned = getattr(result, "return_values", {}) or {}
     now_ms = time.time() * 1000.0
-    handler = get_handler()
     root = root_failure({rank: (f.exitcode, f.timestamp) for rank, f in failures.items()})
-    if root is not None and state == "FAILED":
+    if root is not None and state == WorkerState.FAILED:
         _failed_at[agent] = float(failures[root].timestamp or 0)
     # The root cause first: the workers stopped because of it link to its span.
     workers = sorted(worker_group.workers, key=lambda w: w.global_rank != root)
@@ -293,7 +336,7 @@ def _report_outcomes(agent: Any, worker_group: Any, result: Any) -> None:
             stopped = worker.global_rank != root and failure.exitcode in _STOP_EXIT_CODES
             event = _construct(
                 agent,
-                STATE_STOPPED if stopped else "FAILED",
+                (WorkerState.STOPPED if stopped else WorkerState.FAILED).value,
                 EventSource.WORKER,
                 worker,
                 raw_error=None if stopped else json.dumps(failure.error_file_data),
@@ -304,12 +347,12 @@ def _report_outcomes(agent: Any, worker_group: Any, result: Any) -> None:
                 event.metadata["stopped_after"] = root
             failed_at = getattr(failure, "timestamp", 0)
             event.timestamp = int(failed_at * 1000) if failed_at else int(now_ms)
-        elif state == "SUCCEEDED" and worker.global_rank in returned:
-            event = _construct(agent, "SUCCEEDED", EventSource.WORKER, worker)
+        elif state == WorkerState.SUCCEEDED and worker.global_rank in returned:
+            event = _construct(agent, WorkerState.SUCCEEDED.value, EventSource.WORKER, worker)
             event.timestamp = int(now_ms)
         else:
             continue  # still running: it ends when the agent stops it (stop_workers)
-        event.metadata["observed_by"] = OBSERVED_BY
+        event.metadata["observed_by"] = OBSERVED_BY_MONITOR
         handler.info(event)
 
 
@@ -329,12 +372,13 @@ def _report_step(
     agent: Any,
     step: str,
     phase: str,
+    bridge: OtelHandler,
     duration_ms: float | None = None,
     error: BaseException | None = None,
     extra: dict[str, Any] | None = None,
 ) -> None:
     try:
-        if not _reports_to_bridge(agent):
+        if not _reports_to_bridge(agent, bridge):
             return
         from torch.distributed.elastic.events import EventSource
 
@@ -350,7 +394,7 @@ def _report_step(
         event.metadata["phase"] = phase
         event.metadata.update(extra or {})
         event.timestamp = int(time.time() * 1000)
-        get_handler().info(event)
+        bridge.info(event)
     except Exception:  # never the agent's problem
         _logger.debug("elastic-otel: agent step %s not reported", step, exc_info=True)
 

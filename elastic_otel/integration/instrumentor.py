@@ -26,7 +26,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
-from elastic_otel.names import environment_variables as env
+from elastic_otel.names.settings import Settings
 
 _logger = logging.getLogger("elastic_otel")
 
@@ -42,7 +42,7 @@ class ElasticOtelInstrumentor(BaseInstrumentor):
         return ("torch >= 2.4",)
 
     def _instrument(self, **kwargs: Any) -> None:
-        if env.env_switch(env.ELASTIC_OTEL_ENABLED) is False:
+        if Settings.from_environment().enabled is False:
             return
         ElasticOtelInstrumentor._active = True
         from wrapt import register_post_import_hook  # a dependency of opentelemetry-instrumentation
@@ -53,11 +53,9 @@ class ElasticOtelInstrumentor(BaseInstrumentor):
     def _uninstrument(self, **kwargs: Any) -> None:
         ElasticOtelInstrumentor._active = False
         try:
-            from elastic_otel.integration import torch_metrics as metrics
             from elastic_otel.integration.registration import unregister
 
-            unregister()
-            metrics.uninstall()
+            unregister()  # everything register() changed, torchelastic's metrics included
         except ImportError:  # torch was never there
             pass
 

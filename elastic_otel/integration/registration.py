@@ -1,9 +1,26 @@
-"""torch registration: the ``otel`` destination in torch's event handler registry.
+"""torch registration: the ``otel`` destination in torch's event handler registry, and the one
+owner of everything registering changes.
 
 ``events.get_logging_handler("otel")`` then returns the bridge handler, and
 ``events.record(event, "otel")`` / ``torchrun --event-log-handler otel`` reach it. torch's
 ``dynamic_rendezvous`` destination is routed to the bridge too, unless asked not to: torch
 builds no rendezvous event at all while that destination is a ``NullHandler``.
+
+**One owner.** :func:`register` changes process-wide state of torch's and of this process:
+torch's handler registry (``otel``, ``dynamic_rendezvous``), the rendezvous logger's handlers,
+torch's metric lookup ``getStream`` (in ``torch.distributed.elastic.metrics`` and its ``api``
+module) with the meter provider behind it, six methods of torch's agent classes, and a step of
+the process's exit path. :class:`Bridge` holds all of it, with what it replaced, on the
+instance, and :meth:`Bridge.uninstall` undoes exactly what :meth:`Bridge.install` did, in the
+shape of OpenTelemetry's ``BaseInstrumentor._instrument`` / ``_uninstrument``. Why: that state
+used to live in module globals of five modules, each with its own lock, and :func:`unregister`
+left some of it behind (torch's ``getStream`` stayed wrapped); one owner makes "undo
+everything" a property of one class, and a second :func:`register` after :func:`unregister`
+installs afresh.
+
+The bridge handler itself keeps running after :func:`unregister` (it is the process's, see
+:func:`elastic_otel.bridge.handler.get_handler`; its exit step stays on the exit path so that
+what it holds is still flushed).
 """
 
 from __future__ import annotations
@@ -11,17 +28,147 @@ from __future__ import annotations
 import logging
 import threading
 
-from elastic_otel.bridge.handler import OtelHandler, current_handler, get_handler
+from elastic_otel.bridge.handler import OtelHandler, get_handler
 from elastic_otel.integration import agent_instrumentation
 from elastic_otel.integration import torch_metrics as metrics
-from elastic_otel.names import environment_variables as env
+from elastic_otel.names.settings import Settings
 from elastic_otel.names.torch_names import DESTINATION, RDZV_DESTINATION, TORCH_EVENT_LOGGER_PREFIX
 
 _lock = threading.RLock()
-_saved: dict[str, logging.Handler] = {}  # torch's handlers we replaced, to put back
 
 
-def register(route_rendezvous: bool | None = None, start: bool = True) -> OtelHandler:
+def _torch_registry() -> dict[str, logging.Handler]:
+    from torch.distributed.elastic.events import handlers as torch_handlers
+
+    return torch_handlers._log_handlers
+
+
+def _event_logger(destination: str) -> logging.Logger:
+    return logging.getLogger(TORCH_EVENT_LOGGER_PREFIX + destination)
+
+
+class Bridge:
+    """What :func:`register` changed in this process, and how to put it back.
+
+    ``handler``: the bridge handler torch's destinations are routed to; its settings are the
+    Bridge's (read once, when the handler was made).
+    """
+
+    def __init__(
+        self,
+        handler: OtelHandler,
+        agent: agent_instrumentation.AgentInstrumentation = agent_instrumentation.AGENT,
+    ) -> None:
+        self.handler = handler
+        self.settings: Settings = handler.settings
+        self.agent = agent
+        self._lock = threading.RLock()
+        # torch's registry entries this Bridge replaced: destination → what was there (None:
+        # nothing was), to put back while the entry is still ours.
+        self.replaced: dict[str, logging.Handler | None] = {}
+        self.rendezvous_logger: logging.Logger | None = None  # the bridge was added to it
+        self.metrics: metrics.TorchMetrics | None = None
+        self.agent_wrapped = False
+
+    # --- install ------------------------------------------------------------------------------
+
+    def install(self, route_rendezvous: bool | None = None, start: bool = True) -> OtelHandler:
+        """Route torch's destinations to the handler; with ``start``, also build its pipeline,
+        report torchelastic's metrics and instrument torch's agent. Idempotent: what is
+        installed already stays as it is."""
+        if route_rendezvous is None:
+            route_rendezvous = self.settings.rdzv_events
+        with self._lock:
+            registry = _torch_registry()
+            self._replace(registry, DESTINATION)
+            # torch caches the destination's logger with the handler registered when it was
+            # made: after an unregister() that logger lost the bridge, and torch will not add it
+            # again. Attach it to a logger torch made already (addHandler ignores duplicates).
+            cached = logging.Logger.manager.loggerDict.get(TORCH_EVENT_LOGGER_PREFIX + DESTINATION)
+            if isinstance(cached, logging.Logger):
+                cached.addHandler(self.handler)
+            if route_rendezvous:
+                self._route_rendezvous(registry)
+            if start:
+                self.handler.start()
+                self._install_metrics()
+                self._instrument_agent()
+            return self.handler
+
+    def _replace(self, registry: dict[str, logging.Handler], destination: str) -> None:
+        if registry.get(destination) is self.handler:
+            return
+        self.replaced.setdefault(destination, registry.get(destination))
+        registry[destination] = self.handler
+
+    def _route_rendezvous(self, registry: dict[str, logging.Handler]) -> None:
+        if type(registry.get(RDZV_DESTINATION)) is logging.NullHandler:
+            self._replace(registry, RDZV_DESTINATION)
+        # torch caches one logger per destination on first use, with the handler registered
+        # then (it may exist already, or a custom handler stays registered): attach the bridge
+        # to that logger directly too. Logger.addHandler ignores a handler that is already
+        # there, so torch adding the registered bridge again later is harmless.
+        logger = _event_logger(RDZV_DESTINATION)
+        if self.handler not in logger.handlers:
+            logger.addHandler(self.handler)
+            self.rendezvous_logger = logger
+
+    def _install_metrics(self) -> None:
+        if self.metrics is not None:
+            return
+        installation = metrics.TorchMetrics(self.handler, self.settings)
+        if installation.install():
+            self.metrics = installation
+
+    def _instrument_agent(self) -> None:
+        wanted = self.settings.agent_instrumentation
+        if wanted is False or self.agent_wrapped:
+            return  # unset: on the tested torch versions; true: on any
+        if not self.agent.instrumented:
+            self.agent_wrapped = self.agent.instrument(force=wanted is True, handler=self.handler)
+
+    # --- uninstall ----------------------------------------------------------------------------
+
+    def uninstall(self) -> None:
+        """Undo everything :meth:`install` changed: the agent's methods, torch's metric lookup
+        (a provider built for it is shut down, bounded, and its exit step dropped), torch's
+        registry entries and the rendezvous logger's handler. The handler keeps running."""
+        with self._lock:
+            if self.agent_wrapped:
+                self.agent.uninstrument()
+                self.agent_wrapped = False
+            installation, self.metrics = self.metrics, None
+            if installation is not None:
+                installation.uninstall()
+            registry = _torch_registry()
+            for destination, previous in self.replaced.items():
+                if registry.get(destination) is not self.handler:
+                    continue  # someone replaced the bridge since: theirs stays
+                if previous is None:
+                    del registry[destination]
+                else:
+                    registry[destination] = previous
+            self.replaced.clear()
+            for destination in (DESTINATION, RDZV_DESTINATION):
+                # torch's cached loggers got the bridge when they were made while it was
+                # registered (or from _route_rendezvous): it leaves them all.
+                _event_logger(destination).removeHandler(self.handler)
+            self.rendezvous_logger = None
+
+
+# --- the process's Bridge -------------------------------------------------------------------------
+
+_bridge: Bridge | None = None
+
+
+def current_bridge() -> Bridge | None:
+    """The process's Bridge, if :func:`register` made one."""
+    return _bridge
+
+
+def register(
+    route_rendezvous: bool | None = None, start: bool = True, settings: Settings | None = None
+) -> OtelHandler:
     """Register the ``otel`` destination with torch; idempotent and thread-safe.
 
     Unless ``route_rendezvous`` is false (default: ``ELASTIC_OTEL_RDZV_EVENTS``, true),
@@ -29,68 +176,33 @@ def register(route_rendezvous: bool | None = None, start: bool = True) -> OtelHa
     receiving events too. ``start`` builds the SDK pipeline now, on this thread, reports
     torch's elastic metrics as OTel metrics (unless ``ELASTIC_OTEL_METRICS=false``) and
     instruments torch's elastic agent (:mod:`elastic_otel.integration.agent_instrumentation`).
+    ``settings``: for the process's handler if it is made now (default: the environment's).
     """
-    from torch.distributed.elastic.events import handlers as torch_handlers
-
-    if route_rendezvous is None:
-        route_rendezvous = env.env_flag(env.ELASTIC_OTEL_RDZV_EVENTS, True)
+    global _bridge
     with _lock:
-        handler = get_handler()
-        registry = torch_handlers._log_handlers
-        if registry.get(DESTINATION) is not handler:
-            if DESTINATION in registry:
-                _saved.setdefault(DESTINATION, registry[DESTINATION])
-            registry[DESTINATION] = handler
-        if route_rendezvous:
-            _route_rendezvous(registry, handler)
-        if start:
-            handler.start()
-            metrics.install()
-            wanted = env.env_switch(env.ELASTIC_OTEL_AGENT_INSTRUMENTATION)
-            if wanted is not False:  # unset: on the tested torch versions; true: on any
-                agent_instrumentation.instrument(force=wanted is True)
-        return handler
-
-
-def _route_rendezvous(registry: dict[str, logging.Handler], handler: OtelHandler) -> None:
-    current = registry.get(RDZV_DESTINATION)
-    if current is not handler and type(current) is logging.NullHandler:
-        _saved.setdefault(RDZV_DESTINATION, current)
-        registry[RDZV_DESTINATION] = handler
-    # torch caches one logger per destination on first use, with the handler registered then
-    # (it may exist already, or a custom handler stays registered): attach the bridge to that
-    # logger directly too. Logger.addHandler ignores a handler that is already there, so torch
-    # adding the registered bridge again later is harmless.
-    logging.getLogger(TORCH_EVENT_LOGGER_PREFIX + RDZV_DESTINATION).addHandler(handler)
+        handler = get_handler(settings)
+        if _bridge is not None and _bridge.handler is not handler:
+            _bridge.uninstall()  # the process's handler was replaced (tests do): start over
+            _bridge = None
+        if _bridge is None:
+            _bridge = Bridge(handler)
+        return _bridge.install(route_rendezvous, start)
 
 
 def rendezvous_routed(handler: logging.Handler) -> bool:
     """Whether torch's ``dynamic_rendezvous`` events reach ``handler``."""
-    from torch.distributed.elastic.events import handlers as torch_handlers
-
-    current = torch_handlers._log_handlers.get(RDZV_DESTINATION)
+    current = _torch_registry().get(RDZV_DESTINATION)
     if current is None or isinstance(current, logging.NullHandler):
         return False  # torch builds no rendezvous event at all
     if current is handler:
         return True
-    return handler in logging.getLogger(TORCH_EVENT_LOGGER_PREFIX + RDZV_DESTINATION).handlers
+    return handler in _event_logger(RDZV_DESTINATION).handlers
 
 
 def unregister() -> None:
-    """Undo :func:`register` (torch's own handlers and agent methods are put back); the
-    handler keeps running."""
-    from torch.distributed.elastic.events import handlers as torch_handlers
-
-    agent_instrumentation.uninstrument()
+    """Undo :func:`register`: torch's own handlers, metric lookup and agent methods are put
+    back (:meth:`Bridge.uninstall`); the handler keeps running."""
     with _lock:
-        handler = current_handler()
-        if handler is None:
-            return
-        registry = torch_handlers._log_handlers
-        for dest in (DESTINATION, RDZV_DESTINATION):
-            if registry.get(dest) is handler:
-                if dest in _saved:
-                    registry[dest] = _saved.pop(dest)
-                else:
-                    del registry[dest]
-            logging.getLogger(TORCH_EVENT_LOGGER_PREFIX + dest).removeHandler(handler)
+        bridge = _bridge
+    if bridge is not None:
+        bridge.uninstall()

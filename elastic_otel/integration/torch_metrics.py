@@ -26,33 +26,43 @@ open-source torch it does nothing, but it is where a deployment's ``metrics.stat
 their own handlers per group too. A configured handler can therefore be silently undone, and a
 group nobody configured in advance would be missed. So :func:`install` wraps the lookup itself:
 the stream ``getStream`` returns feeds the bridge *and* the handler torch's table resolves, for
-every group, whatever is configured before or after. :func:`uninstall` puts the lookup back.
+every group, whatever is configured before or after. :meth:`TorchMetrics.uninstall` puts the
+lookup back, in both modules.
 
 Where points go: the application's SDK ``MeterProvider`` when one is installed (e.g. by
 ``opentelemetry-instrument``), else one built here from ``OTEL_METRICS_EXPORTER`` (default
 ``otlp``) with a ``PeriodicExportingMetricReader`` (``OTEL_METRIC_EXPORT_INTERVAL``), shut down
-at exit within ``ELASTIC_OTEL_EXIT_TIMEOUT`` like the log and span pipeline.
+at exit within ``ELASTIC_OTEL_EXIT_TIMEOUT``: its last export is a step of the process's one exit
+path (:mod:`elastic_otel.bridge.process_exit`), run beside the bridge's own shutdown in the same
+bound (no ``atexit`` hook of its own).
+
+**What it needs, explicitly.** A :class:`TorchMetrics` is given the bridge handler whose
+counters and recovery spans it reports and the settings it uses; nothing is looked up in a
+process-wide slot that may or may not be filled yet. The
+:class:`~elastic_otel.integration.registration.Bridge` makes and holds it.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from elastic_otel.bridge.handler import current_handler
+from elastic_otel.bridge import process_exit
 from elastic_otel.emit import bridge_health as bridge_metrics
+from elastic_otel.emit.bounded import run_bounded
 from elastic_otel.emit.recovery_metrics import RecoveryMetrics
 from elastic_otel.integration import torchrun_args
 from elastic_otel.names import attributes as A
-from elastic_otel.names import environment_variables as env
+from elastic_otel.names.settings import Settings
 
 if TYPE_CHECKING:  # the SDK is imported when metrics are installed, not when torch loads this
     from opentelemetry.metrics import Meter
     from opentelemetry.sdk.metrics import MeterProvider
+
+    from elastic_otel.bridge.handler import OtelHandler
 
 try:  # torch is optional for the package; the handler is a MetricHandler where it exists.
     from torch.distributed.elastic.metrics.api import MetricHandler as _MetricHandlerBase
@@ -185,160 +195,195 @@ def current_run_id() -> str | None:
     return _run_id if _run_id is not None else torchrun_args.rdzv_run_id()
 
 
-# --- provider ---------------------------------------------------------------------------------
+# --- installation ------------------------------------------------------------------------------
 
 
-class _Installed:
-    def __init__(self, handler: OtelMetricHandler, provider: MeterProvider, owned: bool) -> None:
-        self.handler, self.provider, self.owned = handler, provider, owned
+class TorchMetrics:
+    """One installation: torch's metric lookup wrapped in both of its modules, the handler on
+    a meter, the provider (built here and owned, or the application's), and the last export as
+    a step of the process's exit path (:data:`elastic_otel.bridge.process_exit.EXIT`).
+
+    ``bridge``: the bridge handler whose counters, stalls and recovery spans are reported
+    beside torch's metrics (``None``: torch's metrics only). ``settings``: default, the
+    bridge's, else read now. :meth:`install` and :meth:`uninstall` are symmetric, in the shape
+    of OpenTelemetry's ``BaseInstrumentor._instrument`` / ``_uninstrument``, with the state
+    on the instance; torch's lookup is process-wide, so one installation is in effect at a
+    time (:func:`installed`).
+    """
+
+    def __init__(
+        self,
+        bridge: OtelHandler | None = None,
+        settings: Settings | None = None,
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
+        self.bridge = bridge
+        if settings is None:
+            settings = bridge.settings if bridge is not None else Settings.from_environment()
+        self.settings = settings
+        self.handler: OtelMetricHandler | None = None
+        self.provider: MeterProvider | None = meter_provider
+        self.owned = False
         self.closed = False
         self.originals: dict[Any, Callable[[str], Any]] = {}
+        self._exit_step = f"torchelastic metrics {id(self):x}"
+
+    def enabled(self) -> bool:
+        """Whether metrics are wanted: ``ELASTIC_OTEL_METRICS`` unset/true and the SDK enabled."""
+        from elastic_otel.emit.pipeline import sdk_disabled
+
+        return self.settings.metrics and not sdk_disabled()
+
+    def install(self) -> bool:
+        """Wrap torch's lookup and start reporting (idempotent); ``False`` when metrics are
+        off, torch's metrics API is missing, set-up failed, or another installation is in
+        effect."""
+        global _current
+        if self.closed or not self.enabled():
+            return False
+        with _lock:
+            if _current is not None:
+                return _current is self
+            try:
+                from torch.distributed.elastic import metrics as torch_metrics
+                from torch.distributed.elastic.metrics import api as torch_metrics_api
+            except ImportError:
+                return False
+            try:
+                if self.provider is None:
+                    self.provider, self.owned = _provider()
+            except Exception as e:
+                _logger.warning("elastic-otel: metrics disabled, set-up failed: %s", e)
+                return False
+            from elastic_otel.version import __version__
+
+            meter = self.provider.get_meter("elastic_otel", __version__)
+            handler = self.handler = OtelMetricHandler(meter)
+            bridge = self.bridge
+            if bridge is not None:
+                try:
+                    bridge_metrics.observe(meter, self._bridge_stats, self._current_stalls)
+                    bridge.observe_spans(RecoveryMetrics(meter).record_spans)
+                except Exception as e:  # the bridge's own counters stay in elastic_otel.stats()
+                    _logger.warning("elastic-otel: bridge counters not reported as metrics: %s", e)
+            original = torch_metrics_api.getStream
+
+            def get_stream(group: str) -> Any:
+                stream = original(group)
+                return torch_metrics_api.MetricStream(group, _TeeHandler(handler, stream.handler))
+
+            for module in (torch_metrics_api, torch_metrics):
+                self.originals[module] = getattr(module, "getStream")  # noqa: B009
+                setattr(module, "getStream", get_stream)  # noqa: B010
+            _current = self
+        if self.owned:  # an application's provider is the application's to flush at exit
+            process_exit.EXIT.add(self._exit_step, self.last_export, self.settings.exit_timeout_s)
+        return True
+
+    def uninstall(self) -> None:
+        """Put torch's lookup back, stop observing the bridge, and export once more (a provider
+        built here is shut down), bounded by the exit timeout."""
+        global _current
+        with _lock:
+            if _current is not self:
+                return
+            _current = None
+            for module, original in self.originals.items():
+                module.getStream = original
+            self.originals.clear()
+        if self.bridge is not None:
+            self.bridge.observe_spans(None)
+        process_exit.EXIT.remove(self._exit_step)
+        self.last_export()
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Collect and export now; ``True`` when done within ``timeout_s``."""
+        provider = self.provider
+        if provider is None or self.closed:
+            return True
+        timeout_s = self.settings.exit_timeout_s if timeout_s is None else timeout_s
+        return run_bounded([provider.force_flush], timeout_s)
+
+    def last_export(self, reason: str = "process exit", error: bool = False) -> bool:
+        """The last metric export (an owned provider's ``shutdown`` collects and exports once
+        more, then stops its exporters), bounded by the exit timeout; the exit path runs it
+        beside the bridge's own shutdown.
+
+        The bridge's counters make every collection non-empty, so with the collector down the
+        last export would retry for the whole exit bound: it is abandoned at the first export
+        failure seen during the exit, as the log and span flush is.
+        """
+        if self.closed or self.provider is None:
+            return True
+        self.closed = True
+        from elastic_otel.emit.delivery import EXPORT_WARNINGS, install_export_warnings
+
+        install_export_warnings(EXPORT_WARNINGS)  # exporters may have created loggers late
+        seen = EXPORT_WARNINGS.seen
+        final = self.provider.shutdown if self.owned else self.provider.force_flush
+        return run_bounded(
+            [final], self.settings.exit_timeout_s, lambda: EXPORT_WARNINGS.seen > seen
+        )
+
+    def _current_stalls(self) -> dict[str, float]:
+        bridge = self.bridge
+        return bridge.current_stalls() if bridge is not None and not self.closed else {}
+
+    def _bridge_stats(self) -> dict[str, int] | None:
+        bridge = self.bridge
+        return bridge.all_stats() if bridge is not None and not self.closed else None
 
 
 _lock = threading.RLock()
-_installed: _Installed | None = None
+_current: TorchMetrics | None = None
+"""The installation whose lookup is in effect (torch's lookup is process-wide)."""
 
 
-def enabled() -> bool:
+def installed() -> TorchMetrics | None:
+    """The installation in effect, if any."""
+    return _current
+
+
+def enabled(settings: Settings | None = None) -> bool:
     """Whether metrics are wanted: ``ELASTIC_OTEL_METRICS`` unset/true and the SDK enabled."""
-    from elastic_otel.emit.pipeline import sdk_disabled
-
-    return env.env_flag(env.ELASTIC_OTEL_METRICS, True) and not sdk_disabled()
+    return TorchMetrics(settings=settings or Settings.from_environment()).enabled()
 
 
-def install(meter_provider: MeterProvider | None = None) -> OtelMetricHandler | None:
-    """Report torchelastic's metrics as OTel metrics (idempotent; see the module docstring).
+def install(
+    meter_provider: MeterProvider | None = None,
+    bridge: OtelHandler | None = None,
+    settings: Settings | None = None,
+) -> OtelMetricHandler | None:
+    """Report torchelastic's metrics as OTel metrics (idempotent; see the module docstring):
+    a :class:`TorchMetrics` installed, unless one is in effect already.
 
     ``meter_provider`` defaults to the application's SDK ``MeterProvider``, else one built from
-    the environment. Returns the handler, or ``None`` when metrics are disabled or torch's
-    metrics API is missing.
+    the environment; ``bridge``: the bridge handler to report beside them (``None``: none).
+    Returns the handler, or ``None`` when metrics are disabled or torch's metrics API is
+    missing.
     """
-    global _installed
-    if not enabled():
-        return None
     with _lock:
-        if _installed is not None:
-            return _installed.handler
-        try:
-            from torch.distributed.elastic import metrics as torch_metrics
-            from torch.distributed.elastic.metrics import api as torch_metrics_api
-        except ImportError:
-            return None
-        try:
-            provider, owned = (meter_provider, False) if meter_provider is not None else _provider()
-        except Exception as e:
-            _logger.warning("elastic-otel: metrics disabled, set-up failed: %s", e)
-            return None
-        from elastic_otel.version import __version__
-
-        meter = provider.get_meter("elastic_otel", __version__)
-        handler = OtelMetricHandler(meter)
-        try:
-            bridge_metrics.observe(meter, _bridge_stats, _current_stalls)
-            bridge = current_handler()
-            if bridge is not None:
-                bridge.observe_spans(RecoveryMetrics(meter).record_spans)
-        except Exception as e:  # the bridge's own counters stay in elastic_otel.stats()
-            _logger.warning("elastic-otel: bridge counters not reported as metrics: %s", e)
-        state = _Installed(handler, provider, owned)
-        original = torch_metrics_api.getStream
-
-        def get_stream(group: str) -> Any:
-            stream = original(group)
-            return torch_metrics_api.MetricStream(group, _TeeHandler(handler, stream.handler))
-
-        for module in (torch_metrics_api, torch_metrics):
-            state.originals[module] = getattr(module, "getStream")  # noqa: B009
-            setattr(module, "getStream", get_stream)  # noqa: B010
-        _installed = state
-        if owned:
-            atexit.register(_at_exit, state)
-        return handler
+        installation = _current or TorchMetrics(bridge, settings, meter_provider)
+        return installation.handler if installation.install() else None
 
 
 def uninstall() -> None:
-    """Put torch's metric lookup back and shut down a provider built here (bounded)."""
-    global _installed
-    with _lock:
-        state, _installed = _installed, None
-    if state is None:
-        return
-    bridge = current_handler()
-    if bridge is not None:
-        bridge.observe_spans(None)
-    for module, original in state.originals.items():
-        module.getStream = original
-    _shutdown(state)
+    """Undo the installation in effect (:meth:`TorchMetrics.uninstall`)."""
+    installation = _current
+    if installation is not None:
+        installation.uninstall()
 
 
 def installed_handler() -> OtelMetricHandler | None:
     """The installed handler, if any (for other parts of the bridge to record on)."""
-    state = _installed
-    return state.handler if state is not None else None
+    installation = _current
+    return installation.handler if installation is not None else None
 
 
 def flush(timeout_s: float | None = None) -> bool:
     """Collect and export now; ``True`` when done within ``timeout_s``."""
-    state = _installed
-    if state is None:
-        return True
-    from elastic_otel.emit.pipeline import run_bounded
-
-    timeout_s = _exit_timeout() if timeout_s is None else timeout_s
-    return run_bounded([state.provider.force_flush], timeout_s)
-
-
-def _exit_timeout() -> float:
-    return env.env_float(env.ELASTIC_OTEL_EXIT_TIMEOUT, env.DEFAULT_EXIT_TIMEOUT_S)
-
-
-def _current_stalls() -> dict[str, float]:
-    bridge = current_handler()
-    return bridge.current_stalls() if bridge is not None else {}
-
-
-def _bridge_stats() -> dict[str, int] | None:
-    bridge = current_handler()
-    return bridge.all_stats() if bridge is not None else None
-
-
-def _shutdown(state: _Installed, also: tuple[Callable[[], Any], ...] = ()) -> None:
-    """The last metric export, and ``also`` (the bridge's own bounded shutdown) beside it.
-
-    The bridge's counters make every collection non-empty, so with the collector down the
-    last export would retry for the whole exit bound: it is abandoned at the first export
-    failure seen during the exit, as the log and span flush is.
-    """
-    if state.closed:
-        return
-    state.closed = True
-    from elastic_otel.emit.delivery import EXPORT_WARNINGS, install_export_warnings
-    from elastic_otel.emit.pipeline import run_bounded
-
-    install_export_warnings(EXPORT_WARNINGS)  # exporters may have created loggers late
-    seen = EXPORT_WARNINGS.seen
-    timeout = _exit_timeout()
-    # An owned provider's shutdown() collects and exports once more, then stops the exporters.
-    final = state.provider.shutdown if state.owned else state.provider.force_flush
-    last_export = threading.Thread(
-        target=run_bounded,
-        args=([final], timeout, lambda: EXPORT_WARNINGS.seen > seen),
-        name="elastic-otel-metrics-exit",
-        daemon=True,
-    )
-    last_export.start()
-    run_bounded(list(also), timeout)
-    last_export.join(timeout)
-
-
-def _at_exit(state: _Installed) -> None:
-    """Flush metrics and the bridge's logs and spans side by side: one exit bound for both.
-
-    This hook runs before the bridge handler's own (registered earlier); its shutdown is
-    idempotent, so the later call returns at once.
-    """
-    bridge = current_handler()
-    _shutdown(state, (bridge.shutdown,) if bridge is not None else ())
+    installation = _current
+    return True if installation is None else installation.flush(timeout_s)
 
 
 def _provider() -> tuple[MeterProvider, bool]:

@@ -51,6 +51,7 @@ from elastic_otel.integration import torchrun_args
 from elastic_otel.integration.activation import activate
 from elastic_otel.integration.registration import rendezvous_routed
 from elastic_otel.names import attributes as A
+from elastic_otel.names.torch_names import NodeState
 
 _logger = logging.getLogger("elastic_otel")
 
@@ -264,7 +265,12 @@ class TracedRendezvousHandler(RendezvousHandler):
             message = self._message("has closed the rendezvous", f"({_describe(error)})")
             self._record("next_rendezvous", message)
             return
-        self._record("next_rendezvous", _describe(error), node_state="FAILED", error_trace=trace)
+        self._record(
+            "next_rendezvous",
+            _describe(error),
+            node_state=NodeState.FAILED.value,
+            error_trace=trace,
+        )
 
     def _record_shutdown_failed(self, error: BaseException | None) -> None:
         kind = type(error).__name__ if error is not None else "a False result"
@@ -278,7 +284,7 @@ class TracedRendezvousHandler(RendezvousHandler):
             self._message(
                 "has failed to shutdown the rendezvous", f"due to an error of type {kind}"
             ),
-            node_state="FAILED",
+            node_state=NodeState.FAILED.value,
             error_trace=trace,
         )
 

@@ -14,7 +14,8 @@ agent noticing the failure (or the waiting node) to its workers running again, w
 phases as children: ``agent.stop_workers``, ``agent.rendezvous``, ``agent.assign_worker_ranks``,
 ``agent.start_workers``. It belongs to the round it leads to, so the recovery and its phases
 (and their log records) are held until it ends, when that round's trace is known; it is a
-root of that trace, linked to the failed worker's span and to the node's previous round.
+root of that trace, linked to the failed worker's span and to the node's previous round
+(:mod:`elastic_otel.model.recovery` does the holding).
 
 **Worker trace context.** Before torch starts the workers, the instrumentation asks
 :meth:`AgentModel.reserve_workers` for the ids their ``worker`` spans will have, to give
@@ -31,29 +32,50 @@ spans already ended. Without instrumentation, torch's events are all there is: a
 fails before a restart has no FAILED event, the next START with a higher ``agent_restarts`` is
 the only sign, so the workers of the replaced group end ``REPLACED``; a START of a rank already
 running (a membership change) ends them ``RESTARTED``.
+
+**Seams.** What is left here is the state machine of the agent's steps and workers (with the
+span ids reserved for ``TRACEPARENT``, which are worker spans chosen early). The rest sits
+behind narrow seams, so that each part can be read without the others' internals:
+
+* the rendezvous side is only asked, through :class:`RoundView` (the node's member span ids,
+  its round, what it knows), and only tells, through ``RoundListener`` (re-joins, ended
+  memberships); neither module imports the other, and
+  :class:`~elastic_otel.model.trace_model.TraceModel` builds and wires both;
+* recovery holding is :class:`~elastic_otel.model.recovery.RecoveryHold`, one per agent: every
+  span this module ends and every log it writes passes through it, and it keeps back what
+  belongs to the recovery under way;
+* stalls: :meth:`AgentModel.waits` lists the steps that wait on others;
+  :mod:`elastic_otel.model.stalls` decides when to report them.
+
+Worker states are :class:`~elastic_otel.names.torch_names.WorkerState` members; attribute
+values are set from ``.value`` so that what is exported stays plain text.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Protocol
 
-from elastic_otel.model.rendezvous import RendezvousModel
+from elastic_otel.model.recovery import RecoveryHold
 from elastic_otel.model.spans import (
     DEFAULT_EVENT_LIMIT,
     STATUS_ERROR,
     STATUS_OK,
     STATUS_UNSET,
+    LogOut,
     Output,
     SpanAttributes,
     SpanLink,
     SpanRecord,
+    SpanRef,
     new_span_id,
 )
 from elastic_otel.model.stalls import Wait
 from elastic_otel.model.trace_ids import TraceIds
 from elastic_otel.names import attributes as A
+from elastic_otel.names.torch_names import WorkerState
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind
 
 _MAX_AGENT_LINKS = 32
@@ -67,8 +89,8 @@ _OBSERVED_STEPS = {  # the bridge's own (agent_instrumentation), recorded at sta
     "START_WORKERS": A.SPAN_AGENT_START_WORKERS,
 }
 _RESTART = "RESTART_WORKERS"  # observed too: the whole recovery
+_AGENT_OUTCOMES = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED})
 _WAIT_KIND = {"EXIT_BARRIER": "exit_barrier", "STOP_WORKERS": "stop_workers"}
-_RECOVERY_KEYS = (A.RECOVERY_CAUSE, A.RECOVERY_DETECTION_MS)
 _WAIT_CONTEXT = frozenset({A.RUN_ID, A.RANK, A.HOST_NAME, A.ROLE, A.AGENT_RESTARTS})
 _SPAN_KEYS = (
     A.RUN_ID,
@@ -94,6 +116,22 @@ _SPAN_KEYS = (
 )
 
 
+class RoundView(Protocol):
+    """What the agent model may ask the rendezvous side about the node of a run: read-only.
+
+    :class:`~elastic_otel.model.rendezvous.RendezvousModel` satisfies it; defined here, beside
+    the side that asks, so that this module needs nothing else of the rendezvous model."""
+
+    def member_context(self, run_id: str) -> SpanRef | None:
+        """The ids of the node's open ``rendezvous.member`` span (``None``: between rounds)."""
+
+    def joined_round(self, run_id: str) -> int | None:
+        """The round the node last joined (``None``: no join seen)."""
+
+    def node_known(self, run_id: str) -> SpanAttributes:
+        """What the node knows of its round: round, rank, world size, last message."""
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerLaunch:
     """The trace context a group of workers is started with (see ``reserve_workers``)."""
@@ -104,17 +142,13 @@ class WorkerLaunch:
     recovery_start_ns: int = 0
 
 
-@dataclass(slots=True)
-class Recovery:
-    """A restart of the worker group under way: its span, and its ended phases and their
-    logs, held until the round it leads to (its trace) is known."""
+@dataclass(frozen=True, slots=True)
+class ReservedSpan:
+    """A ``worker`` span whose ids were chosen before its START (the worker's ``TRACEPARENT``)."""
 
-    span: SpanRecord
-    phases: list[SpanRecord] = field(default_factory=list)
-    logs: list[tuple[ElasticEvent, SpanRecord]] = field(default_factory=list)
-
-    def holds(self, span: SpanRecord) -> bool:
-        return span is self.span or span.parent_span_id == self.span.span_id
+    trace_id: int
+    span_id: int
+    parent_span_id: int
 
 
 class Agent:
@@ -144,8 +178,8 @@ class Agent:
         self.start_ns = 0
         self.stop_ns = 0  # when the workers were stopped for a new rendezvous
         self.links: list[SpanLink] = []
-        self.recovery: Recovery | None = None
-        self.reserved: dict[int, tuple[int, int, int]] = {}  # local rank → trace, span, parent
+        self.recovery = RecoveryHold()
+        self.reserved: dict[int, ReservedSpan] = {}  # by local rank
 
     def new_attempt(self) -> None:
         self.ended.clear()
@@ -155,18 +189,18 @@ class Agent:
 class AgentModel:
     """Feed :meth:`process` a process's agent and worker events in order.
 
-    Spans are parented under the node's open member span found in ``rendezvous``; the
+    Spans are parented under the node's open member span, asked of ``rounds``; the
     rendezvous side reports re-joins and ended memberships back (``RoundListener``).
     """
 
     def __init__(
         self,
         trace_ids: TraceIds,
-        rendezvous: RendezvousModel | None = None,
+        rounds: RoundView,
         event_limit: int = DEFAULT_EVENT_LIMIT,
     ) -> None:
         self._trace = trace_ids
-        self.rendezvous = rendezvous
+        self._rounds = rounds
         self.event_limit = event_limit
         self.agents: OrderedDict[str, Agent] = OrderedDict()
         self.terminated_by = ""  # set when the agent reports it was killed by a signal
@@ -183,13 +217,14 @@ class AgentModel:
         if agent is not None and len(agent.links) < _MAX_AGENT_LINKS:
             agent.links.append(link)
 
+    # --- queries ----------------------------------------------------------------------------
+
     def open_spans(self) -> Iterator[SpanRecord]:
         """The spans of the workers that run now."""
         for agent in self.agents.values():
             yield from agent.workers.values()
             yield from agent.steps.values()
-            if agent.recovery is not None:
-                yield agent.recovery.span
+            yield from agent.recovery.open_spans()
 
     def waits(self) -> Iterator[Wait]:
         """Agent steps under way that wait on others (for stall reports)."""
@@ -198,9 +233,7 @@ class AgentModel:
                 if state not in _WAIT_KIND:
                     continue
                 context = {k: v for k, v in span.attributes.items() if k in _WAIT_CONTEXT}
-                node = self.rendezvous.latest_node(agent.run_id) if self.rendezvous else None
-                if node is not None:
-                    context.update(node.known())
+                context.update(self._rounds.node_known(agent.run_id))
                 yield Wait(_WAIT_KIND[state], span, context)
 
     def open_step(self, run_id: str, state: str) -> SpanRecord | None:
@@ -213,14 +246,16 @@ class AgentModel:
         agent = self.agents.get(run_id)
         if agent is None:
             agent = self.agents[run_id] = Agent(run_id)
-        trace, parent = self._context(agent)
+        parent = self._context(agent)
         ids = {rank: new_span_id() for rank in local_ranks}
-        agent.reserved = {rank: (trace, span_id, parent) for rank, span_id in ids.items()}
+        agent.reserved = {
+            rank: ReservedSpan(parent.trace_id, span_id, parent.span_id)
+            for rank, span_id in ids.items()
+        }
         recovery = agent.recovery
-        if recovery is None:
-            return WorkerLaunch(trace, ids)
-        cause = recovery.span.attributes.get(A.RECOVERY_CAUSE)
-        return WorkerLaunch(trace, ids, str(cause or ""), recovery.span.start_ns)
+        if not recovery.active:
+            return WorkerLaunch(parent.trace_id, ids)
+        return WorkerLaunch(parent.trace_id, ids, recovery.cause, recovery.start_ns)
 
     # --- events -----------------------------------------------------------------------------
 
@@ -232,166 +267,99 @@ class AgentModel:
             agent = self.agents[ev.run_id] = Agent(ev.run_id)
         else:
             self.agents.move_to_end(ev.run_id)
-        node = self.rendezvous.latest_node(ev.run_id) if self.rendezvous else None
-        backend = ev.attributes.get(A.RDZV_BACKEND)
-        if node is not None and isinstance(backend, str):
-            # The agent's first events follow the first join: label its open member span.
-            node.label_backend(backend)
-        trace, parent = self._context(agent, ev.agent_restarts)
+        parent = self._context(agent, ev.agent_restarts)
 
         if ev.kind is EventKind.WORKER:
-            if ev.state == "START":
-                self._worker_start(agent, ev, trace, parent, out)
+            if ev.state == WorkerState.START:
+                self._worker_start(agent, ev, parent, out)
             else:
-                self._worker_end(agent, ev, trace, parent, out)
+                self._worker_end(agent, ev, parent, out)
         elif ev.state in _AGENT_STEPS:
-            self._agent_step(agent, ev, trace, parent, out)
+            self._agent_step(agent, ev, parent, out)
         elif ev.state == _RESTART and ev.attributes.get(A.PHASE) in ("start", "end"):
-            self._recovery(agent, ev, trace, parent, out)
+            self._recovery(agent, ev, parent, out)
         elif ev.state in _OBSERVED_STEPS and ev.attributes.get(A.PHASE) in ("start", "end"):
-            self._observed_step(agent, ev, trace, parent, out)
-        elif ev.state in ("SUCCEEDED", "FAILED"):
-            self._agent_end(agent, ev, trace, out)
+            self._observed_step(agent, ev, parent, out)
+        elif ev.state in _AGENT_OUTCOMES:
+            self._agent_end(agent, ev, parent.trace_id, out)
         else:
-            out.logs.append((ev, trace, parent))
+            out.logs.append(LogOut(ev, parent.trace_id, parent.span_id))
         return created
 
-    def _context(self, agent: Agent, restarts: int | None = None) -> tuple[int, int]:
-        """(trace id, parent span id) for the agent's spans: the node's round if known."""
-        node = self.rendezvous.latest_node(agent.run_id) if self.rendezvous else None
-        if node is not None and node.member is not None:
-            return node.member.trace_id, node.member.span_id
-        if node is not None and node.round is not None:
-            return self._trace(agent.run_id, node.round), 0
+    def _context(self, agent: Agent, restarts: int | None = None) -> SpanRef:
+        """The trace and parent span of the agent's spans: the node's round if known."""
+        member = self._rounds.member_context(agent.run_id)
+        if member is not None:
+            return member
+        rnd = self._rounds.joined_round(agent.run_id)
+        if rnd is not None:
+            return SpanRef(self._trace(agent.run_id, rnd), 0)
         # No rendezvous events (routing off, or a backend that records none).
         restarts = restarts if restarts is not None else agent.restarts
-        return self._trace(agent.run_id, f"restart-{restarts}"), 0
+        return SpanRef(self._trace(agent.run_id, f"restart-{restarts}"), 0)
 
-    def _step_context(self, agent: Agent, trace: int, parent: int) -> tuple[int, int]:
-        """The context of an agent step: the recovery under way, else (trace, parent)."""
-        recovery = agent.recovery
-        if recovery is None:
-            return trace, parent
-        return recovery.span.trace_id, recovery.span.span_id
-
-    def _log(self, agent: Agent, ev: ElasticEvent, span: SpanRecord, out: Output) -> None:
-        """A log record of ``span``: held with the recovery while its trace is not known."""
-        recovery = agent.recovery
-        if recovery is not None and recovery.holds(span):
-            recovery.logs.append((ev, span))
-        else:
-            out.log(ev, span)
-
-    def _finish(self, agent: Agent, span: SpanRecord, out: Output) -> None:
-        """Hand out an ended span; a phase of the recovery under way waits for it."""
-        recovery = agent.recovery
-        if recovery is not None and recovery.holds(span):
-            recovery.phases.append(span)
-        else:
-            out.spans.append(span)
-
-    def _span(
-        self, name: str, start_ns: int, ev: ElasticEvent, trace: int, parent: int
-    ) -> SpanRecord:
+    def _span(self, name: str, start_ns: int, ev: ElasticEvent, parent: SpanRef) -> SpanRecord:
         return SpanRecord(
             name,
             start_ns,
             agent_attributes(ev),
-            trace_id=trace,
-            parent_span_id=parent,
+            trace_id=parent.trace_id,
+            parent_span_id=parent.span_id,
             event_limit=self.event_limit,
         )
 
-    def _agent_step(
-        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
-    ) -> None:
+    def _agent_step(self, agent: Agent, ev: ElasticEvent, parent: SpanRef, out: Output) -> None:
         t = ev.time_ns
         start = _back_dated(t, ev.duration_ms)
         if not agent.start_ns or start < agent.start_ns:
             agent.start_ns = start
-        span = self._span(
-            _AGENT_STEPS[ev.state], start, ev, *self._step_context(agent, trace, parent)
-        )
-        self._finish(agent, span.end(t, STATUS_OK), out)
-        self._log(agent, ev, span, out)
+        span = self._span(_AGENT_STEPS[ev.state], start, ev, agent.recovery.parent(parent))
+        agent.recovery.finish(span.end(t, STATUS_OK), out)
+        agent.recovery.log(ev, span, out)
 
-    def _observed_step(
-        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
-    ) -> None:
+    def _observed_step(self, agent: Agent, ev: ElasticEvent, parent: SpanRef, out: Output) -> None:
         t = ev.time_ns
         name = _OBSERVED_STEPS[ev.state]
-        trace, parent = self._step_context(agent, trace, parent)
+        parent = agent.recovery.parent(parent)
         if ev.attributes.get(A.PHASE) == "start":
-            span = self._span(name, t, ev, trace, parent)
+            span = self._span(name, t, ev, parent)
             agent.steps[ev.state] = span
-            self._log(agent, ev, span, out)
+            agent.recovery.log(ev, span, out)
             return
         started = agent.steps.pop(ev.state, None)
         if started is None:  # its start was not seen: back-date by the duration
             start = _back_dated(t, ev.duration_ms)
-            started = self._span(name, start, ev, trace, parent)
+            started = self._span(name, start, ev, parent)
         span = started
         if ev.error is not None:
             span.record_error(ev)
-        self._finish(agent, span.end(t, STATUS_OK), out)
-        self._log(agent, ev, span, out)
+        agent.recovery.finish(span.end(t, STATUS_OK), out)
+        agent.recovery.log(ev, span, out)
         if ev.state == "STOP_WORKERS" and agent.workers:
-            self._end_workers(agent, t, out, A.STATE_STOPPED, "", link_to=agent.failed)
+            self._end_workers(agent, t, out, WorkerState.STOPPED, "", link_to=agent.failed)
 
-    def _recovery(
-        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
-    ) -> None:
+    def _recovery(self, agent: Agent, ev: ElasticEvent, parent: SpanRef, out: Output) -> None:
         t = ev.time_ns
+        root = SpanRef(parent.trace_id, 0)  # a root of the trace of the round it leads to
         if ev.attributes.get(A.PHASE) == "start":
-            if agent.recovery is not None:  # its end was never seen
+            if agent.recovery.active:  # its end was never seen
                 self._end_recovery(agent, t, out, "a new recovery started", error=False)
-            span = self._span(A.SPAN_AGENT_RECOVERY, t, ev, trace, 0)
-            for key in _RECOVERY_KEYS:
-                if key in ev.attributes:
-                    span.attributes[key] = ev.attributes[key]
-            failed = agent.failed
-            cause = span.attributes.get(A.RECOVERY_CAUSE)
-            if failed is not None and cause != A.CAUSE_MEMBERSHIP_CHANGE:
-                span.links.append(_failure_link(failed))
-            if parent:  # the member span of the round it leaves
-                span.links.append(SpanLink(trace, parent, {}))
-            agent.recovery = Recovery(span)
-            self._log(agent, ev, span, out)
+            span = self._span(A.SPAN_AGENT_RECOVERY, t, ev, root)
+            failure = _failure_link(agent.failed) if agent.failed is not None else None
+            agent.recovery.start(span, ev, failure, left=parent)
+            agent.recovery.log(ev, span, out)
             return
-        if agent.recovery is None:  # its start was not seen: back-date by the duration
+        if not agent.recovery.active:  # its start was not seen: back-date by the duration
             start = _back_dated(t, ev.duration_ms)
-            agent.recovery = Recovery(self._span(A.SPAN_AGENT_RECOVERY, start, ev, trace, 0))
-        recovery = agent.recovery
-        if ev.error is not None:
-            recovery.span.record_error(ev)
-        recovery.logs.append((ev, recovery.span))
-        self._release_recovery(agent, t, trace, out)
+            agent.recovery.adopt(self._span(A.SPAN_AGENT_RECOVERY, start, ev, root))
+        agent.recovery.end(ev, parent.trace_id, out)
 
     def _end_recovery(self, agent: Agent, t: int, out: Output, reason: str, error: bool) -> None:
-        """End a recovery that will not end by itself (exit, signal, eviction)."""
-        recovery = agent.recovery
-        if recovery is None:
+        """End a recovery that will not end by itself (exit, signal, eviction), with its steps."""
+        if not agent.recovery.active:
             return
         self._end_steps(agent, t, out, reason, error)
-        recovery.span.attributes[A.END_REASON] = reason
-        if error:
-            recovery.span.set_error(reason)
-        self._release_recovery(agent, t, self._context(agent)[0], out)
-
-    def _release_recovery(self, agent: Agent, t: int, trace: int, out: Output) -> None:
-        """End the recovery in ``trace`` (the round it led to) with its held phases and logs."""
-        recovery = agent.recovery
-        if recovery is None:
-            return
-        agent.recovery = None
-        root = recovery.span
-        root.trace_id, root.parent_span_id = trace, 0
-        for phase in recovery.phases:
-            phase.trace_id = trace
-        out.spans.extend(recovery.phases)
-        out.spans.append(root.end(t, STATUS_OK))
-        for ev, span in recovery.logs:
-            out.log(ev, span)
+        agent.recovery.abandon(t, reason, error, self._context(agent).trace_id, out)
 
     def _agent_end(self, agent: Agent, ev: ElasticEvent, trace: int, out: Output) -> None:
         t = ev.time_ns
@@ -400,18 +368,17 @@ class AgentModel:
             # torchrun turns SIGTERM/SIGINT into SignalException("... got signal: 15")
             self.terminated_by = f"process terminated ({ev.error.message.strip()[:80]})"
             reason, killed = self.terminated_by, True
-        self._end_everything(agent, t, out, "TERMINATED", reason, killed)
-        span = self._span(A.SPAN_AGENT_RUN, agent.start_ns or t, ev, trace, 0)
+        self._end_everything(agent, t, out, WorkerState.TERMINATED, reason, killed)
+        span = self._span(A.SPAN_AGENT_RUN, agent.start_ns or t, ev, SpanRef(trace, 0))
         span.links = [link for link in agent.links if link.trace_id != trace]
-        if ev.state == "FAILED":
+        if ev.state == WorkerState.FAILED:
             span.record_error(ev)
-        out.spans.append(span.end(t, STATUS_OK if ev.state == "SUCCEEDED" else STATUS_ERROR))
+        succeeded = ev.state == WorkerState.SUCCEEDED
+        out.spans.append(span.end(t, STATUS_OK if succeeded else STATUS_ERROR))
         out.log(ev, span)
         self.agents.pop(ev.run_id, None)
 
-    def _worker_start(
-        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
-    ) -> None:
+    def _worker_start(self, agent: Agent, ev: ElasticEvent, parent: SpanRef, out: Output) -> None:
         t = ev.time_ns
         restarts = ev.agent_restarts or 0
         if restarts > agent.restarts:
@@ -419,7 +386,7 @@ class AgentModel:
                 agent,
                 agent.stop_ns or t,
                 out,
-                A.STATE_REPLACED,
+                WorkerState.REPLACED,
                 f"worker group restarted after a failure (restart {restarts})",
                 error=True,
             )
@@ -429,7 +396,7 @@ class AgentModel:
                 agent,
                 agent.stop_ns or t,
                 out,
-                A.STATE_RESTARTED,
+                WorkerState.RESTARTED,
                 "worker group restarted for a membership change",
             )
             agent.new_attempt()
@@ -442,17 +409,15 @@ class AgentModel:
         local_rank = ev.attributes.get(A.LOCAL_RANK)
         reserved = agent.reserved.pop(local_rank, None) if isinstance(local_rank, int) else None
         if reserved is not None:  # the worker was told these ids (TRACEPARENT)
-            trace, span_id, parent = reserved
-        span = self._span(A.SPAN_WORKER, t, ev, trace, parent)
+            parent = SpanRef(reserved.trace_id, reserved.parent_span_id)
+        span = self._span(A.SPAN_WORKER, t, ev, parent)
         if reserved is not None:
-            span.span_id = span_id
+            span.span_id = reserved.span_id
         key = ev.global_rank if ev.global_rank is not None else -1 - len(agent.workers)
         agent.workers[key] = span
         out.log(ev, span)
 
-    def _worker_end(
-        self, agent: Agent, ev: ElasticEvent, trace: int, parent: int, out: Output
-    ) -> None:
+    def _worker_end(self, agent: Agent, ev: ElasticEvent, parent: SpanRef, out: Output) -> None:
         t = ev.time_ns
         rank = ev.global_rank
         span = agent.workers.pop(rank, None) if rank is not None else None
@@ -460,22 +425,23 @@ class AgentModel:
             out.log(ev, agent.ended[rank])  # torch's late word on an outcome already exported
             return
         if span is None:  # its START was never seen (out of order, or state evicted)
-            span = self._span(A.SPAN_WORKER, t, ev, trace, parent)
+            span = self._span(A.SPAN_WORKER, t, ev, parent)
             span.attributes = {A.START_UNKNOWN: True}
         span.attributes.update(agent_attributes(ev))
-        if ev.state == "FAILED":
+        if ev.state == WorkerState.FAILED:
             span.record_error(ev)
             if not ev.error:
                 code = ev.attributes.get(A.EXIT_CODE)
-                span.status_message = f"exit code {code}" if code is not None else "FAILED"
+                failed = WorkerState.FAILED.value
+                span.status_message = f"exit code {code}" if code is not None else failed
             status = STATUS_ERROR
             if agent.failed is None:
                 agent.failed = span
-        elif ev.state == A.STATE_STOPPED:
+        elif ev.state == WorkerState.STOPPED:
             _stopped_by_agent(span, agent.failed)
             status = STATUS_UNSET
         else:
-            status = STATUS_OK if ev.state == "SUCCEEDED" else STATUS_UNSET
+            status = STATUS_OK if ev.state == WorkerState.SUCCEEDED else STATUS_UNSET
         out.spans.append(span.end(t, status))
         out.log(ev, span)
         if rank is not None:
@@ -486,16 +452,16 @@ class AgentModel:
         agent: Agent,
         t: int,
         out: Output,
-        state: str,
+        state: WorkerState,
         reason: str,
         error: bool = False,
         link_to: SpanRecord | None = None,
     ) -> None:
         for rank, span in agent.workers.items():
-            span.attributes[A.STATE] = state
+            span.attributes[A.STATE] = state.value  # exported: the plain text
             if error:
                 span.set_error(reason)
-            if state == A.STATE_STOPPED:
+            if state is WorkerState.STOPPED:
                 _stopped_by_agent(span, link_to)
             out.spans.append(span.end(t, STATUS_UNSET, reason))
             if rank >= 0:
@@ -506,7 +472,7 @@ class AgentModel:
         for span in agent.steps.values():
             if error:
                 span.set_error(reason)
-            self._finish(agent, span.end(t, STATUS_UNSET, reason), out)
+            agent.recovery.finish(span.end(t, STATUS_UNSET, reason), out)
         agent.steps.clear()
 
     # --- exit and bounds --------------------------------------------------------------------
@@ -514,16 +480,17 @@ class AgentModel:
     def end_open(self, t: int, reason: str, error: bool, out: Output) -> None:
         """End every agent's open spans (``error``: as terminated by a signal); the agents
         stay known, so that their later events (torch's FAILED) keep their start and trace."""
-        state = "TERMINATED" if error else "UNKNOWN"
+        state = WorkerState.TERMINATED if error else WorkerState.UNKNOWN
         for agent in self.agents.values():
             self._end_everything(agent, t, out, state, reason, error)
 
     def evict_oldest(self, t: int, out: Output) -> None:
         _, agent = self.agents.popitem(last=False)
-        self._end_everything(agent, t, out, "UNKNOWN", "evicted: state limit reached", False)
+        reason = "evicted: state limit reached"
+        self._end_everything(agent, t, out, WorkerState.UNKNOWN, reason, False)
 
     def _end_everything(
-        self, agent: Agent, t: int, out: Output, state: str, reason: str, error: bool
+        self, agent: Agent, t: int, out: Output, state: WorkerState, reason: str, error: bool
     ) -> None:
         """End an agent's open spans: its workers (as ``state``), steps and recovery."""
         self._end_workers(agent, t, out, state, reason, error=error)
@@ -548,7 +515,7 @@ def _stopped_by_agent(span: SpanRecord, failed: SpanRecord | None) -> None:
 
 def _failure_link(failed: SpanRecord) -> SpanLink:
     """A link to a failed worker's span, saying what it is."""
-    attrs: SpanAttributes = {A.STATE: "FAILED"}
+    attrs: SpanAttributes = {A.STATE: WorkerState.FAILED.value}
     rank = failed.attributes.get(A.GLOBAL_RANK)
     if rank is not None:
         attrs[A.GLOBAL_RANK] = rank

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from elastic_otel.model.stalls import STALL_STATE
+from elastic_otel.names.torch_names import NodeState, WorkerState
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind, RdzvAction
 
 # OpenTelemetry SeverityNumber values (the API enum is not imported: this module is SDK-free).
@@ -28,12 +30,12 @@ class LogModel:
 def severity(event: ElasticEvent) -> tuple[int, str]:
     """FAILED → ERROR; TERMINATED, a stall report, unparseable input → WARN; else INFO."""
     if event.kind is EventKind.RENDEZVOUS:
-        return SEVERITY_ERROR if event.node_state == "FAILED" else SEVERITY_INFO
+        return SEVERITY_ERROR if event.node_state == NodeState.FAILED else SEVERITY_INFO
     if event.kind is EventKind.UNPARSED:
         return SEVERITY_WARN
-    if event.state == "FAILED":
+    if event.state == WorkerState.FAILED:
         return SEVERITY_ERROR
-    if event.state in ("TERMINATED", "STALLED"):
+    if event.state in (WorkerState.TERMINATED, STALL_STATE):
         return SEVERITY_WARN
     return SEVERITY_INFO
 

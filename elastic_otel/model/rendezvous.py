@@ -11,27 +11,38 @@ gets its trace id once the round is known; its log records wait for it (bounded)
 each log carries the trace and span id it belongs to. Each member span links to the same
 node's member span of the round before. Keep-alives, heartbeat updates and syncs arrive every
 few seconds for the whole job: they are counted on the open span, not kept as span events.
+
+**Seams.** This model knows nothing of agents. What the agent side must hear (a node
+re-joining, a membership ending) goes out through :class:`RoundListener`, defined here; what
+it may ask about a node (its member span's ids, its round, what it knows) it asks through the
+read-only queries below, which are :class:`~elastic_otel.model.agent.RoundView` (defined
+beside the side that asks). Neither module imports the other; :class:`Node` stays this
+model's own, and :mod:`elastic_otel.model.trace_model` wires the two.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Protocol
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 from elastic_otel.model.spans import (
     DEFAULT_EVENT_LIMIT,
     STATUS_ERROR,
     STATUS_OK,
     STATUS_UNSET,
+    LogOut,
     Output,
     SpanAttributes,
     SpanLink,
     SpanRecord,
+    SpanRef,
 )
 from elastic_otel.model.stalls import Wait
 from elastic_otel.model.trace_ids import TraceIds
 from elastic_otel.names import attributes as A
+from elastic_otel.names.torch_names import NodeState
 from elastic_otel.parsing.torch_events import ElasticEvent, RdzvAction
 
 _MAX_PENDING_LOGS = 256
@@ -50,7 +61,26 @@ _ROUND_HINTS = frozenset(
     }
 )
 
-NodeKey = tuple[str, str, "int | None", "int | None"]
+
+class NodeKey(NamedTuple):
+    """A rendezvous participant as torch's ``_NodeDesc`` names it, within its run (a dict key)."""
+
+    run_id: str
+    hostname: str
+    pid: int | None
+    local_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRef:
+    """A node's ``rendezvous.member`` span of a round it left: the next round links to it."""
+
+    trace_id: int
+    span_id: int
+    round: int
+
+    def link(self) -> SpanLink:
+        return SpanLink(self.trace_id, self.span_id, {A.ROUND: self.round})
 
 
 class RoundListener(Protocol):
@@ -92,13 +122,13 @@ class Node:
         self.rank: int | None = None
         self.world_size: int | None = None
         self.pending: list[ElasticEvent] = []  # join-phase logs waiting for their round
-        self.prev_member: tuple[int, int, int] | None = None  # (trace, span, round)
+        self.prev_member: MemberRef | None = None
         self.backend = ""
         self.last_message = ""  # the last rendezvous message other than a keep-alive
 
     @property
     def key(self) -> NodeKey:
-        return (self.run_id, self.hostname, self.pid, self.local_id)
+        return NodeKey(self.run_id, self.hostname, self.pid, self.local_id)
 
     def base_attributes(self) -> SpanAttributes:
         attrs: SpanAttributes = {A.RUN_ID: self.run_id}
@@ -166,6 +196,26 @@ class RendezvousModel:
                 return node
         return None
 
+    def member_context(self, run_id: str) -> SpanRef | None:
+        """The ids of the open member span of ``run_id``'s latest node (``RoundView``)."""
+        node = self.latest_node(run_id)
+        return node.member.ref if node is not None and node.member is not None else None
+
+    def joined_round(self, run_id: str) -> int | None:
+        """The round ``run_id``'s latest node last joined, if any (``RoundView``)."""
+        node = self.latest_node(run_id)
+        return node.round if node is not None else None
+
+    def node_known(self, run_id: str) -> SpanAttributes:
+        """What ``run_id``'s latest node knows of its round (``RoundView``, stall reports)."""
+        node = self.latest_node(run_id)
+        return node.known() if node is not None else {}
+
+    def member_span(self, run_id: str) -> SpanRecord | None:
+        """The open member span of ``run_id``'s latest node (for the logs of other events)."""
+        node = self.latest_node(run_id)
+        return node.member if node is not None else None
+
     def open_span_of_rank(self, run_id: str, rank: int) -> SpanRecord | None:
         """The open span (member, else join) of the node holding ``rank`` in ``run_id``."""
         for node in reversed(self.nodes.values()):
@@ -195,6 +245,12 @@ class RendezvousModel:
 
     # --- events -----------------------------------------------------------------------------
 
+    def label_backend(self, run_id: str, backend: str) -> None:
+        """The agent's events name the backend: label ``run_id``'s latest node with it."""
+        node = self.latest_node(run_id)
+        if node is not None:
+            node.label_backend(backend)
+
     def process(self, ev: ElasticEvent, out: Output) -> Node | None:
         """Apply one rendezvous event; returns the node it created, if any (for eviction)."""
         if ev.local_id is None and self.latest_node(ev.run_id, pid=ev.pid) is None:
@@ -209,7 +265,7 @@ class RendezvousModel:
         return node if created else None
 
     def _node(self, ev: ElasticEvent) -> tuple[Node, bool]:
-        key: NodeKey = (ev.run_id, ev.hostname, ev.pid, ev.local_id)
+        key = NodeKey(ev.run_id, ev.hostname, ev.pid, ev.local_id)
         node = self.nodes.get(key)
         if node is None and ev.local_id is None:
             # torch's state holder records without a local_id: it is this process's node.
@@ -257,7 +313,7 @@ class RendezvousModel:
             self.close_node(node, t, "rendezvous closed", False, out, ev)
             self._log(node, ev, out, node.prev_member)
             return
-        elif ev.node_state == "FAILED":
+        elif ev.node_state == NodeState.FAILED:
             self._failed(node, ev, out)
             return
         else:
@@ -267,7 +323,7 @@ class RendezvousModel:
                     action.value if action else RdzvAction.OTHER.value,
                     t,
                     _event_attrs(ev),
-                    important=ev.node_state == "SUCCEEDED",
+                    important=ev.node_state == NodeState.SUCCEEDED,
                 )
         self._log(node, ev, out)
 
@@ -292,8 +348,7 @@ class RendezvousModel:
             node.join.trace_id = self._trace(node.run_id, node.hint)
             node.join.attributes[A.ROUND] = node.hint
             if node.prev_member is not None:
-                trace, span, rnd = node.prev_member
-                node.join.links.append(SpanLink(trace, span, {A.ROUND: rnd}))
+                node.join.links.append(node.prev_member.link())
         self._flush_pending(node, out)
 
     def _flush_pending(self, node: Node, out: Output) -> None:
@@ -351,8 +406,7 @@ class RendezvousModel:
         )
         member.attributes.update(round_attrs)
         if node.prev_member is not None:
-            p_trace, p_span, p_round = node.prev_member
-            member.links.append(SpanLink(p_trace, p_span, {A.ROUND: p_round}))
+            member.links.append(node.prev_member.link())
         node.member = member
         if join is None:
             out.log(ev, member)
@@ -381,9 +435,8 @@ class RendezvousModel:
         if member is None:
             return
         out.spans.append(member.end(t, status, reason))
-        node.prev_member = (member.trace_id, member.span_id, node.round or 0)
-        link = SpanLink(member.trace_id, member.span_id, {A.ROUND: node.round or 0})
-        self._listener.member_ended(node.run_id, link)
+        node.prev_member = MemberRef(member.trace_id, member.span_id, node.round or 0)
+        self._listener.member_ended(node.run_id, node.prev_member.link())
         node.member = None
 
     def close_node(
@@ -432,7 +485,7 @@ class RendezvousModel:
         node: Node,
         ev: ElasticEvent,
         out: Output,
-        fallback: tuple[int, int, int] | None = None,
+        fallback: MemberRef | None = None,
     ) -> None:
         if node.join is not None:
             if node.join.trace_id:
@@ -444,7 +497,7 @@ class RendezvousModel:
         elif node.member is not None:
             out.log(ev, node.member)
         elif fallback is not None:
-            out.logs.append((ev, fallback[0], fallback[1]))
+            out.logs.append(LogOut(ev, fallback.trace_id, fallback.span_id))
         else:
             out.log(ev, None)
 

@@ -4,12 +4,17 @@ A :class:`SpanRecord` stays in the model until it ends and is only then handed o
 :class:`Output`, with the log records (:data:`LogOut`) that belong to it. That lets the trace
 id be chosen once the round is known and lets agent steps be back-dated, neither of which the
 SDK ``Tracer`` allows. :mod:`elastic_otel.emit.emitter` turns both into SDK objects.
+
+These types are the model's only currency between its state machines and the layers above:
+structured values (:class:`SpanRef`, :class:`LogOut`) rather than bare tuples, so that what a
+position means is written once, here.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from elastic_otel.names import attributes as A
 from elastic_otel.parsing.torch_events import AttrValue, ElasticEvent, error_attributes
@@ -61,6 +66,11 @@ class SpanRecord:
     dropped_events: int = 0
     event_limit: int = DEFAULT_EVENT_LIMIT
 
+    @property
+    def ref(self) -> SpanRef:
+        """Its trace id and span id (to parent a child under it, or to link to it)."""
+        return SpanRef(self.trace_id, self.span_id)
+
     def add_event(
         self, name: str, time_ns: int, attributes: SpanAttributes, important: bool = False
     ) -> None:
@@ -95,8 +105,23 @@ class SpanRecord:
         return self
 
 
-LogOut = tuple[ElasticEvent, int, int]
-"""A log ready to emit: the event, its trace id and span id (0 when it belongs to none)."""
+class SpanRef(NamedTuple):
+    """A span as its ids: what a child is parented under (``span_id`` 0: a root of the trace).
+
+    A tuple so that a caller outside the model may still unpack or index it."""
+
+    trace_id: int
+    span_id: int
+
+
+class LogOut(NamedTuple):
+    """A log ready to emit: the event, its trace id and span id (0 when it belongs to none).
+
+    A tuple because the emitter and tests unpack it (``for event, trace_id, span_id in ...``)."""
+
+    event: ElasticEvent
+    trace_id: int
+    span_id: int
 
 
 @dataclass(slots=True)
@@ -109,6 +134,6 @@ class Output:
     def log(self, event: ElasticEvent, span: SpanRecord | None) -> None:
         """Emit ``event`` as a log record of ``span`` (of no span when ``None``)."""
         if span is None:
-            self.logs.append((event, 0, 0))
+            self.logs.append(LogOut(event, 0, 0))
         else:
-            self.logs.append((event, span.trace_id, span.span_id))
+            self.logs.append(LogOut(event, span.trace_id, span.span_id))

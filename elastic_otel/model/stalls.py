@@ -8,7 +8,10 @@ again at that interval while it lasts, as a WARN log record on the waiting span
 (``torchelastic.stalled.in``, ``torchelastic.stalled.seconds`` and what the node knows), and
 keeps the longest current wait per kind for the ``torchelastic.stalled.seconds`` gauge.
 
-Pure: no SDK, no torch, no clock of its own (the worker thread passes the time in).
+The seam: the rendezvous and agent models only list what waits now (their ``waits()``, each
+with the context only it knows); when a wait is due, and what its report says, is decided
+here, once for every kind. Pure: no SDK, no torch, no clock of its own (the worker thread
+passes the time in).
 """
 
 from __future__ import annotations
@@ -64,7 +67,8 @@ class StallWatch:
                 reported[wait.span.span_id] = last
                 continue
             reported[wait.span.span_id] = now_ns
-            out.append((stall_event(wait, seconds, now_ns), wait.span.trace_id, wait.span.span_id))
+            report = stall_event(wait, seconds, now_ns)
+            out.append(LogOut(report, wait.span.trace_id, wait.span.span_id))
         self._reported = reported  # waits that ended are forgotten
         self.current = current
         return out

@@ -5,6 +5,15 @@ worker events to :class:`~elastic_otel.model.agent.AgentModel`, which parents it
 the rendezvous spans of the round; anything else is a log record of the node's open span.
 Trace ids come from :mod:`elastic_otel.model.trace_ids`, so every node of a round derives the same.
 
+**Why the seams are here.** The two state machines need each other: agent spans are parented
+under the node's member span, and the agent must hear when its node re-joins or leaves a
+round. Neither imports the other; each defines the narrow face it needs of the other
+(``RoundView`` in :mod:`~elastic_otel.model.agent`, read-only; ``RoundListener`` in
+:mod:`~elastic_otel.model.rendezvous`, two notices), and this module, which joins them, builds
+both in its constructor: the rendezvous model tells this model, which relays to the agent
+model; the agent model asks the rendezvous model. What concerns both (the backend named by an
+agent event labels the node; a generic event's log goes to the node's member span) is done here.
+
 State is bounded: past ``max_tracked`` nodes or agents the least recently used is ended.
 Nothing here is thread-safe or needs to be: the model has one owner thread
 (:mod:`elastic_otel.bridge.event_thread`), and neither torch nor the OpenTelemetry SDK is imported.
@@ -16,12 +25,13 @@ from collections.abc import Iterator
 
 from elastic_otel.model.agent import AgentModel, WorkerLaunch
 from elastic_otel.model.rendezvous import RendezvousModel
-from elastic_otel.model.spans import DEFAULT_EVENT_LIMIT, Output, SpanRecord
+from elastic_otel.model.spans import DEFAULT_EVENT_LIMIT, Output, SpanLink, SpanRecord, SpanRef
 from elastic_otel.model.stalls import StallWatch
 from elastic_otel.model.trace_ids import TraceIds
+from elastic_otel.names import attributes as A
+from elastic_otel.names.environment_variables import DEFAULT_MAX_OPEN_SPANS
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind
 
-DEFAULT_MAX_TRACKED = 1024  # a torchrun agent tracks one node and one agent per run
 _TICK_NS = 1_000_000_000  # waits are looked at once a second at most
 
 
@@ -31,7 +41,7 @@ class TraceModel:
     def __init__(
         self,
         salt: str = "",
-        max_tracked: int = DEFAULT_MAX_TRACKED,
+        max_tracked: int = DEFAULT_MAX_OPEN_SPANS,
         event_limit: int = DEFAULT_EVENT_LIMIT,
         heartbeat_logs: bool = True,
         stall_after_s: float = 0.0,
@@ -40,9 +50,10 @@ class TraceModel:
         self.stall_watch = StallWatch(stall_after_s)
         self._last_tick = 0
         trace_ids = TraceIds(salt)
-        self.agents = AgentModel(trace_ids, event_limit=event_limit)
-        self.rendezvous = RendezvousModel(trace_ids, self.agents, event_limit, heartbeat_logs)
-        self.agents.rendezvous = self.rendezvous
+        # The rendezvous model tells this model (a RoundListener relaying to the agent model);
+        # the agent model asks the rendezvous model (its RoundView).
+        self.rendezvous = RendezvousModel(trace_ids, self, event_limit, heartbeat_logs)
+        self.agents = AgentModel(trace_ids, self.rendezvous, event_limit)
         self.evicted = 0
 
     def process(self, event: ElasticEvent) -> Output:
@@ -52,12 +63,24 @@ class TraceModel:
             if self.rendezvous.process(event, out) is not None:
                 self._evict(out, event.time_ns)
         elif event.kind in (EventKind.AGENT, EventKind.WORKER):
+            backend = event.attributes.get(A.RDZV_BACKEND)
+            if isinstance(backend, str):
+                # The agent's first events follow the first join: label its open member span.
+                self.rendezvous.label_backend(event.run_id, backend)
             if self.agents.process(event, out):
                 self._evict(out, event.time_ns)
         else:
-            node = self.rendezvous.latest_node(event.run_id) if event.run_id else None
-            out.log(event, node.member if node else None)
+            member = self.rendezvous.member_span(event.run_id) if event.run_id else None
+            out.log(event, member)
         return out
+
+    # --- RoundListener: what the rendezvous model tells, relayed to the agent model ----------
+
+    def node_rejoining(self, run_id: str, time_ns: int) -> None:
+        self.agents.node_rejoining(run_id, time_ns)
+
+    def member_ended(self, run_id: str, link: SpanLink) -> None:
+        self.agents.member_ended(run_id, link)
 
     def tick(self, now_ns: int) -> Output:
         """Time-driven output: stall reports for waits past ``stall_after_s`` (0: none)."""
@@ -93,10 +116,10 @@ class TraceModel:
         """The trace context of the workers ``run_id``'s agent is about to start."""
         return self.agents.reserve_workers(run_id, local_ranks)
 
-    def current_span(self, run_id: str, rank: int) -> tuple[int, int] | None:
+    def current_span(self, run_id: str, rank: int) -> SpanRef | None:
         """(trace id, span id) of the open span of the node holding ``rank`` in ``run_id``."""
         span = self.rendezvous.open_span_of_rank(run_id, rank)
-        return (span.trace_id, span.span_id) if span is not None else None
+        return span.ref if span is not None else None
 
     def open_spans(self) -> Iterator[SpanRecord]:
         """Spans started and not yet ended, with their trace ids (for open-span snapshots)."""

@@ -111,12 +111,6 @@ SPAN_WORKER_FIRST_STEP: Final = "worker.first_step"
 """Emitted by the training script (:func:`elastic_otel.mark_first_step`): worker start to its
 first training step, a child of the rank's ``worker`` span."""
 
-# Worker states the bridge adds to torch's (torch has no event for these moments).
-STATE_STOPPED: Final = "STOPPED"
-"""Stopped by its agent: after another worker failed, for a membership change, or at the end."""
-STATE_REPLACED: Final = "REPLACED"
-STATE_RESTARTED: Final = "RESTARTED"
-
 INSTRUMENTATION_SCOPE: Final = "elastic_otel"
 
 # torchelastic 0.2 events, rendezvous wrappers and elastic metrics.

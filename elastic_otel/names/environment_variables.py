@@ -4,6 +4,10 @@ Everything the OpenTelemetry specification already names (``OTEL_SDK_DISABLED``,
 ``OTEL_SERVICE_NAME``, ``OTEL_EXPORTER_OTLP_*``, ``OTEL_TRACES_EXPORTER``,
 ``OTEL_LOGS_EXPORTER``, ``OTEL_BSP_*``, ``OTEL_BLRP_*``, ...) is read by the
 OpenTelemetry SDK itself. Only what OTel has no variable for lives here.
+
+Every default lives beside its variable (lower layers that take a default as a parameter import
+it from here). The runtime reads its settings once, with these readers, into
+:class:`elastic_otel.names.settings.Settings`.
 """
 
 import logging
@@ -42,10 +46,12 @@ DEFAULT_QUEUE_SIZE = 65536
 ELASTIC_OTEL_RETRY_QUEUE_SIZE = "ELASTIC_OTEL_RETRY_QUEUE_SIZE"
 """Records per signal held while the collector is unreachable, re-sent when it is back
 (default ``100000``); past it the oldest are dropped and counted."""
+DEFAULT_RETRY_QUEUE_SIZE = 100_000
 
 ELASTIC_OTEL_MAX_OPEN_SPANS = "ELASTIC_OTEL_MAX_OPEN_SPANS"
 """Nodes and agents tracked per process (each with its open spans) before the least recently
 used is ended (default ``1024``)."""
+DEFAULT_MAX_OPEN_SPANS = 1024  # a torchrun agent tracks one node and one agent per run
 
 ELASTIC_OTEL_HEARTBEAT_LOGS = "ELASTIC_OTEL_HEARTBEAT_LOGS"
 """``false``: keep-alive heartbeats and syncs, about half of a job's events, get no log record
@@ -76,6 +82,7 @@ process may then hang where it would crash without the bridge (default ``true``)
 
 ELASTIC_OTEL_RAW_LIMIT = "ELASTIC_OTEL_RAW_LIMIT"
 """Characters of unparseable input kept on the flagged log record (default ``4096``)."""
+DEFAULT_RAW_LIMIT = 4096
 
 PET_EVENT_LOG_HANDLER = "PET_EVENT_LOG_HANDLER"
 """torchrun's own variable for ``--event-log-handler``."""

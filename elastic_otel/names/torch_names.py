@@ -2,11 +2,14 @@
 
 They are torch's, not ours: the destination names of its event handler registry
 (``torch.distributed.elastic.events.handlers``), the prefix of the loggers it caches per
-destination, and the event-name prefix of its agent's status events.
+destination, the event-name prefix of its agent's status events, and the states its events
+carry (:class:`WorkerState`, :class:`NodeState`). They live here, at the bottom of the layers, so
+that parsing and the model compare against the same members instead of repeating the text.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Final
 
 DESTINATION: Final = "otel"
@@ -25,3 +28,50 @@ AGENT_STEP_PREFIX: Final = "elastic_otel.agent."
 """Not torch's: name prefix of the agent steps the bridge observes itself
 (:mod:`elastic_otel.integration.agent_instrumentation`), e.g.
 ``elastic_otel.agent.exit_barrier``."""
+
+
+class WorkerState(str, Enum):
+    """The ``state`` of torch's agent and worker events (``torchelastic.worker.status.<STATE>``),
+    and the states the bridge gives a worker's span for moments torch has no event for.
+
+    A ``str`` enum, so a member compares and hashes as its text (``ev.state == FAILED``) and
+    ``str()`` / f-strings give the text. Attribute values are set from ``.value``, so that
+    what is exported is a plain ``str`` whatever an exporter does with ``str`` subclasses.
+    """
+
+    # torch's WorkerState (torch.distributed.elastic.agent.server.api), a worker group's state.
+    UNKNOWN = "UNKNOWN"
+    INIT = "INIT"
+    HEALTHY = "HEALTHY"
+    UNHEALTHY = "UNHEALTHY"
+    STOPPED = "STOPPED"
+    """Stopped by its agent: after another worker failed, for a membership change, or at the end
+    (torch's, and the bridge's when its agent instrumentation sees the agent stop a worker)."""
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    # torch's own event states beside WorkerState.
+    START = "START"
+    """A worker started (torch records one per worker it starts)."""
+    TERMINATED = "TERMINATED"
+    """torch's, for a worker it SIGTERMed; the bridge's for spans ended by a signal."""
+    # The bridge's: a worker whose end torch never reported (agent instrumentation off).
+    REPLACED = "REPLACED"
+    """Its group was restarted after a failure (a START with higher ``agent_restarts``)."""
+    RESTARTED = "RESTARTED"
+    """Its group was restarted for a membership change (a START of a rank still running)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class NodeState(str, Enum):
+    """torch's rendezvous ``NodeState`` (``torch.distributed.elastic.events.NodeState``): the
+    ``node_state`` of its ``RdzvEvent``s. A ``str`` enum, as :class:`WorkerState`."""
+
+    INIT = "INIT"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+    def __str__(self) -> str:
+        return self.value

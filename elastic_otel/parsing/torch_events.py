@@ -25,6 +25,8 @@ A bad field loses only itself. The convention, the same for every event kind:
   invalid: a non-string becomes its text (an enum its value, or name for states and sources).
 * **Uninterpreted fields** (any other metadata key, fields a newer torch adds) are kept as
   ``torchelastic.<key>``, as they came (containers and out-of-int64 ints as JSON text).
+* States (``node_state``, ``state``) stay text: a newer torch may add one, and it must pass
+  through; the model compares them with the enums of :mod:`elastic_otel.names.torch_names`.
 * Only the shape of the event itself (not a JSON object, no ``name``/``source`` or
   ``run_id``/``node_state``/``message``, ``metadata`` that is not an object) makes it
   ``UNPARSED``.
@@ -40,12 +42,12 @@ from enum import Enum
 from typing import Any, TypeGuard
 
 from elastic_otel.names import attributes as A
-from elastic_otel.names.torch_names import AGENT_STEP_PREFIX, STATUS_PREFIX
+from elastic_otel.names.environment_variables import DEFAULT_RAW_LIMIT
+from elastic_otel.names.torch_names import AGENT_STEP_PREFIX, STATUS_PREFIX, NodeState
 
 AttrValue = str | bool | int | float
 Attributes = dict[str, AttrValue]
 
-DEFAULT_RAW_LIMIT = 4096
 """Characters of unparseable input kept on the flagged record."""
 
 _MAX_INPUT_CHARS = 8 * 1024 * 1024
@@ -103,7 +105,7 @@ class ElasticEvent:
     attributes: Attributes
     run_id: str = ""
     # Rendezvous events.
-    node_state: str = ""
+    node_state: str = ""  # torch's NodeState name (names.torch_names.NodeState); text as it came
     action: RdzvAction | None = None
     round: int | None = None
     rank: int | None = None
@@ -112,7 +114,7 @@ class ElasticEvent:
     pid: int | None = None
     local_id: int | None = None
     # Agent and worker events.
-    state: str = ""
+    state: str = ""  # a WorkerState (names.torch_names) or an agent step's name; text as it came
     global_rank: int | None = None
     group_rank: int | None = None
     role: str = ""
@@ -259,7 +261,7 @@ def classify_rdzv_message(message: str, node_state: str) -> RdzvAction:
     for needle, action in _ACTIONS:
         if needle in message:
             return action
-    return RdzvAction.FAILED if node_state == "FAILED" else RdzvAction.OTHER
+    return RdzvAction.FAILED if node_state == NodeState.FAILED else RdzvAction.OTHER
 
 
 def _rdzv_event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
@@ -311,7 +313,7 @@ def _rdzv_event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
             _flag_invalid(attrs, key, d.get(key))
 
     error: ErrorInfo | None = None
-    if node_state == "FAILED":
+    if node_state == NodeState.FAILED:
         error = _error_from_message(message, _text(d.get("error_trace")))
         attrs.update(error_attributes(error))
     extra = {k: v for k, v in d.items() if k not in _RDZV_FIELDS}

@@ -32,15 +32,16 @@ including import, process-group set-up and checkpoint loading, which the agent c
 
 from __future__ import annotations
 
-import atexit
 import os
 import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from elastic_otel.bridge import process_exit
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
+from elastic_otel.names.settings import Settings
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -108,18 +109,28 @@ def mark_first_step(
 
 class WorkerTelemetry:
     """The SDK providers :func:`start_worker_telemetry` set up; :meth:`shutdown` exports what
-    is left (also run at exit, which ``os._exit`` skips: call it yourself then)."""
+    is left (also run at exit, which ``os._exit`` skips: call it yourself then).
+
+    At exit it is one step of the process's exit path (:mod:`elastic_otel.bridge.process_exit`),
+    as the bridge's own shutdown is, within the same ``ELASTIC_OTEL_EXIT_TIMEOUT`` bound. It
+    asks for no SIGTERM handler: a worker torch stops with SIGTERM dies as it would without it.
+    """
 
     def __init__(self, providers: list[Any], timeout_s: float) -> None:
         self.providers = providers
         self.timeout_s = timeout_s
+        self.exit_step = f"worker telemetry {id(self):x}"
 
     def shutdown(self) -> bool:
         """Flush and stop the providers built here, within ``ELASTIC_OTEL_EXIT_TIMEOUT``."""
-        from elastic_otel.emit.pipeline import run_bounded
+        from elastic_otel.emit.bounded import run_bounded
 
+        process_exit.EXIT.remove(self.exit_step)
         providers, self.providers = self.providers, []
         return run_bounded([p.shutdown for p in providers], self.timeout_s)
+
+    def _at_exit(self, _reason: str, _error: bool) -> bool:
+        return self.shutdown()
 
 
 def start_worker_telemetry(attach: bool = True) -> WorkerTelemetry:
@@ -154,10 +165,9 @@ def start_worker_telemetry(attach: bool = True) -> WorkerTelemetry:
         owned.append(meter_provider)
     if attach:
         context.attach(worker_context())
-    telemetry = WorkerTelemetry(
-        owned, env.env_float(env.ELASTIC_OTEL_EXIT_TIMEOUT, env.DEFAULT_EXIT_TIMEOUT_S)
-    )
-    atexit.register(telemetry.shutdown)
+    timeout_s = Settings.from_environment().exit_timeout_s
+    telemetry = WorkerTelemetry(owned, timeout_s)
+    process_exit.EXIT.add(telemetry.exit_step, telemetry._at_exit, timeout_s, sigterm=False)
     return telemetry
 
 

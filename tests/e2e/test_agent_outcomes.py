@@ -63,9 +63,14 @@ def test_failed_worker_before_restart(grpc_receiver: OtlpReceiver, tmp_path: Pat
     # the other node's workers failed on their own (the peers they waited for were gone) or
     # were stopped for the new round (its agent restarts for a membership change, without
     # using a restart): either way with what their agent saw, never torch's REPLACED guess
+    # (which of the two depends on timing: on a loaded machine the agent's restart comes first)
     for rank in (2, 3):
-        assert span_attr(first[rank], A.STATE) in ("FAILED", "STOPPED")
-        assert span_attr(first[rank], A.OBSERVED_BY) == "monitor_workers"
+        state, observed = span_attr(first[rank], A.STATE), span_attr(first[rank], A.OBSERVED_BY)
+        if observed is None:  # ended by its agent's stop phase, not by its monitor
+            assert state == "STOPPED"
+            assert span_attr(first[rank], A.END_REASON) == "stopped by the agent"
+        else:
+            assert state in ("FAILED", "STOPPED") and observed == "monitor_workers"
     # stopping them is the first phase of each agent's recovery (in the next round's trace)
     spans = {s["span_id"]: s for s in grpc_receiver.spans()}
     stop_steps = [s for s in spans.values() if s["name"] == A.SPAN_AGENT_STOP_WORKERS]

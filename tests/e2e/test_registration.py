@@ -260,3 +260,88 @@ def test_bridge_on_the_root_logger_does_not_recurse(tmp_path: Path) -> None:
     )
     assert result["errors"] == 0
     assert 20 <= result["received"] <= 25  # the events, plus at most a few foreign warnings
+
+
+def test_unregister_puts_back_everything_register_changed_and_register_works_again(
+    tmp_path: Path,
+) -> None:
+    """torch's registry, the rendezvous logger, ``getStream`` in both torch modules, every
+    wrapped agent method and the metrics' exit step: as before register(), twice over."""
+    result = run_py(
+        """
+        import json, logging
+        from torch.distributed.elastic import events
+        from torch.distributed.elastic import metrics as torch_metrics
+        from torch.distributed.elastic.metrics import api as torch_metrics_api
+        from torch.distributed.elastic.events import handlers
+        from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+        from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+        import elastic_otel
+        from elastic_otel.bridge.process_exit import EXIT
+        from elastic_otel.integration import torch_metrics as metrics
+
+        # torch's rendezvous logger exists (cached with its NullHandler) before register()
+        events.construct_and_record_rdzv_event(run_id="r", message="m",
+                                               node_state=events.NodeState.INIT)
+        METHODS = [(LocalElasticAgent, "_monitor_workers"), (LocalElasticAgent, "_stop_workers"),
+                   (LocalElasticAgent, "_start_workers"),
+                   (LocalElasticAgent, "_setup_local_watchdog"),
+                   (SimpleElasticAgent, "_exit_barrier"), (SimpleElasticAgent, "_restart_workers")]
+
+        def state():
+            return {
+                "registry": dict(handlers._log_handlers),
+                "rdzv_logger": list(logging.getLogger(
+                    "torchelastic-events-dynamic_rendezvous").handlers),
+                "getStream": (torch_metrics.getStream, torch_metrics_api.getStream),
+                "agent": [cls.__dict__[name] for cls, name in METHODS],
+                "metrics_exit": [s for s in EXIT.steps() if s.startswith("torchelastic")],
+            }
+
+        def changed(before, after):
+            return sorted(k for k in before if before[k] != after[k])
+
+        # importing torch's agent loaded the torchrun.handlers entry points, which registered
+        # the otel destination: undo that first, so that "before" is torch without the bridge
+        elastic_otel.unregister()
+        before = state()
+        assert "otel" not in before["registry"]
+        rounds = []
+        for _ in range(2):
+            handler = elastic_otel.register()
+            registered = state()
+            events.record(events.Event("e", events.EventSource.AGENT), "otel")
+            events.construct_and_record_rdzv_event(run_id="r", message="m",
+                                                   node_state=events.NodeState.INIT)
+            torch_metrics.put_metric("workers.default.remaining_restarts", 1)
+            elastic_otel.flush(5)
+            rounds.append({
+                "changed": changed(before, registered),
+                "routed": registered["registry"]["dynamic_rendezvous"] is handler
+                          and handler in registered["rdzv_logger"],
+                "metrics": metrics.installed_handler() is not None,
+                "processed": elastic_otel.stats()["processed"],
+                "same_handler": handler is elastic_otel.get_handler(),
+            })
+            elastic_otel.unregister()
+            rounds[-1]["left_changed"] = changed(before, state())
+            rounds[-1]["metrics_after"] = metrics.installed_handler() is not None
+        print(json.dumps(rounds))
+    """,
+        job_env(
+            None,
+            tmp_path,
+            OTEL_TRACES_EXPORTER="none",
+            OTEL_LOGS_EXPORTER="none",
+            OTEL_METRICS_EXPORTER="none",
+            ELASTIC_OTEL_AGENT_INSTRUMENTATION="true",
+        ),
+    )
+    everything = ["agent", "getStream", "metrics_exit", "rdzv_logger", "registry"]
+    assert len(result) == 2
+    for i, round_ in enumerate(result):
+        assert round_["changed"] == everything
+        assert round_["routed"] and round_["metrics"] and round_["same_handler"]
+        assert round_["left_changed"] == [], "unregister() left something behind"
+        assert not round_["metrics_after"]
+        assert round_["processed"] == 2 * (i + 1), "events flow again after re-register()"

@@ -73,7 +73,7 @@ def _isolated_torch_events(monkeypatch: pytest.MonkeyPatch) -> None:
     torch_logger = logging.getLogger(TORCH_LOGGER)
     monkeypatch.setattr(torch_logger, "handlers", [])
     monkeypatch.setattr(torch_logger, "propagate", True)
-    monkeypatch.setattr(registration, "_saved", {})
+    monkeypatch.setattr(registration, "_bridge", None)
     monkeypatch.setattr(handler_module, "_handler", None)
     assert type(torch_handlers.get_logging_handler(RDZV)) is logging.NullHandler
 

@@ -1,0 +1,108 @@
+"""The runtime's settings: every ``ELASTIC_OTEL_*`` variable it reads, read once.
+
+:meth:`Settings.from_environment` reads them all with the tolerant readers of
+:mod:`elastic_otel.names.environment_variables` (a malformed value is its default, with one
+warning) and the defaults beside the variable names. Its caller passes the result down: the
+process's :class:`~elastic_otel.bridge.handler.OtelHandler` reads it when it is made and hands it
+to the pipeline, the trace model and the exit path; the
+:class:`~elastic_otel.integration.registration.Bridge` uses the handler's, for torchelastic's
+metrics and the agent instrumentation. Why: a setting read where it is used was read several
+times (``ELASTIC_OTEL_EXIT_TIMEOUT`` in three places), possibly at different moments, so two
+parts of one process could disagree; a frozen value read once cannot.
+
+Not here, on purpose: what the agent sets in each worker's environment
+(``ELASTIC_OTEL_WORKER_START_UNIX_NANO``, ``ELASTIC_OTEL_RECOVERY_*``: data, not settings, read
+by :mod:`elastic_otel.worker.training`), the trace-id salt (``ELASTIC_OTEL_JOB_ID`` /
+``ELASTIC_OTEL_JOB_ATTEMPT`` with their scheduler fallbacks, a function of the environment in
+:mod:`elastic_otel.model.trace_ids`) and ``ELASTIC_OTEL_OTLP_JSON_FILE`` (read by the exporter
+the SDK instantiates without arguments).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from elastic_otel.names.environment_variables import (
+    DEFAULT_EXIT_TIMEOUT_S,
+    DEFAULT_MAX_OPEN_SPANS,
+    DEFAULT_OPEN_SPAN_INTERVAL_S,
+    DEFAULT_QUEUE_SIZE,
+    DEFAULT_RAW_LIMIT,
+    DEFAULT_RETRY_QUEUE_SIZE,
+    DEFAULT_STALL_AFTER_S,
+    ELASTIC_OTEL_AGENT_INSTRUMENTATION,
+    ELASTIC_OTEL_ENABLED,
+    ELASTIC_OTEL_EXIT_TIMEOUT,
+    ELASTIC_OTEL_FORK_GUARD,
+    ELASTIC_OTEL_HEARTBEAT_LOGS,
+    ELASTIC_OTEL_MAX_OPEN_SPANS,
+    ELASTIC_OTEL_METRICS,
+    ELASTIC_OTEL_OPEN_SPAN_INTERVAL,
+    ELASTIC_OTEL_QUEUE_SIZE,
+    ELASTIC_OTEL_RAW_LIMIT,
+    ELASTIC_OTEL_RDZV_EVENTS,
+    ELASTIC_OTEL_RETRY_QUEUE_SIZE,
+    ELASTIC_OTEL_STALL_AFTER,
+    ELASTIC_OTEL_TRACES,
+    env_flag,
+    env_float,
+    env_int,
+    env_switch,
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One field per ``ELASTIC_OTEL_*`` setting; the field defaults are the documented ones
+    (``Settings()`` is what an empty environment gives)."""
+
+    enabled: bool | None = None
+    """``ELASTIC_OTEL_ENABLED``: ``None`` (unset) decides from context."""
+    rdzv_events: bool = True
+    """``ELASTIC_OTEL_RDZV_EVENTS``: route torch's ``dynamic_rendezvous`` to the bridge."""
+    traces: bool = True
+    """``ELASTIC_OTEL_TRACES``: the span model (``False``: log records only)."""
+    metrics: bool = True
+    """``ELASTIC_OTEL_METRICS``: torchelastic's metrics and the bridge's counters as metrics."""
+    agent_instrumentation: bool | None = None
+    """``ELASTIC_OTEL_AGENT_INSTRUMENTATION``: ``None``: on the tested torch versions."""
+    exit_timeout_s: float = DEFAULT_EXIT_TIMEOUT_S
+    """``ELASTIC_OTEL_EXIT_TIMEOUT``: the one bound of the exit path."""
+    queue_size: int = DEFAULT_QUEUE_SIZE
+    """``ELASTIC_OTEL_QUEUE_SIZE``: the bridge's event queue (and the SDK's batch queues)."""
+    retry_queue_size: int = DEFAULT_RETRY_QUEUE_SIZE
+    """``ELASTIC_OTEL_RETRY_QUEUE_SIZE``: records per signal held through an outage."""
+    max_open_spans: int = DEFAULT_MAX_OPEN_SPANS
+    """``ELASTIC_OTEL_MAX_OPEN_SPANS``: nodes and agents tracked before the LRU one ends."""
+    heartbeat_logs: bool = True
+    """``ELASTIC_OTEL_HEARTBEAT_LOGS``: a log record per keep-alive."""
+    open_span_interval_s: float = DEFAULT_OPEN_SPAN_INTERVAL_S
+    """``ELASTIC_OTEL_OPEN_SPAN_INTERVAL``: seconds between open-span snapshots (0: none)."""
+    stall_after_s: float = DEFAULT_STALL_AFTER_S
+    """``ELASTIC_OTEL_STALL_AFTER``: seconds of waiting before a stall report (0: none)."""
+    fork_guard: bool = True
+    """``ELASTIC_OTEL_FORK_GUARD``."""
+    raw_limit: int = DEFAULT_RAW_LIMIT
+    """``ELASTIC_OTEL_RAW_LIMIT``: characters of unparseable input kept."""
+
+    @classmethod
+    def from_environment(cls) -> Settings:
+        """Read every setting now (each reader warns once about a malformed value)."""
+        return cls(
+            enabled=env_switch(ELASTIC_OTEL_ENABLED),
+            rdzv_events=env_flag(ELASTIC_OTEL_RDZV_EVENTS, True),
+            traces=env_flag(ELASTIC_OTEL_TRACES, True),
+            metrics=env_flag(ELASTIC_OTEL_METRICS, True),
+            agent_instrumentation=env_switch(ELASTIC_OTEL_AGENT_INSTRUMENTATION),
+            exit_timeout_s=env_float(ELASTIC_OTEL_EXIT_TIMEOUT, DEFAULT_EXIT_TIMEOUT_S),
+            queue_size=env_int(ELASTIC_OTEL_QUEUE_SIZE, DEFAULT_QUEUE_SIZE),
+            retry_queue_size=env_int(ELASTIC_OTEL_RETRY_QUEUE_SIZE, DEFAULT_RETRY_QUEUE_SIZE),
+            max_open_spans=env_int(ELASTIC_OTEL_MAX_OPEN_SPANS, DEFAULT_MAX_OPEN_SPANS),
+            heartbeat_logs=env_flag(ELASTIC_OTEL_HEARTBEAT_LOGS, True),
+            open_span_interval_s=env_float(
+                ELASTIC_OTEL_OPEN_SPAN_INTERVAL, DEFAULT_OPEN_SPAN_INTERVAL_S
+            ),
+            stall_after_s=env_float(ELASTIC_OTEL_STALL_AFTER, DEFAULT_STALL_AFTER_S),
+            fork_guard=env_flag(ELASTIC_OTEL_FORK_GUARD, True),
+            raw_limit=env_int(ELASTIC_OTEL_RAW_LIMIT, DEFAULT_RAW_LIMIT),
+        )

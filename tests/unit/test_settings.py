@@ -1,0 +1,77 @@
+"""Settings: every ``ELASTIC_OTEL_*`` setting read once, with the documented defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from elastic_otel.bridge.handler import OtelHandler
+from elastic_otel.names import environment_variables as env
+from elastic_otel.names.settings import Settings
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+def _variable(field: str) -> str:
+    """``exit_timeout_s`` → ``ELASTIC_OTEL_EXIT_TIMEOUT``."""
+    return getattr(env, "ELASTIC_OTEL_" + field.removesuffix("_s").upper())
+
+
+def _documented() -> dict[str, str]:
+    rows = {}
+    for line in DOCS.read_text().splitlines():
+        match = re.match(r"^\| `(ELASTIC_OTEL_[A-Z_]+)` \|([^|]*)\|", line)
+        if match:
+            rows[match.group(1)] = match.group(2).strip()
+    return rows
+
+
+def _as_documented(value: object) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{value}`"
+
+
+def test_an_empty_environment_gives_the_field_defaults() -> None:
+    assert Settings.from_environment() == Settings()
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(Settings)])
+def test_every_field_is_a_documented_variable_with_its_documented_default(field: str) -> None:
+    variable = _variable(field)
+    assert _documented()[variable] == _as_documented(getattr(Settings(), field))
+
+
+def test_values_are_read_and_malformed_ones_are_their_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(env, "_warned_flags", set())
+    monkeypatch.setenv(env.ELASTIC_OTEL_EXIT_TIMEOUT, "0.5")
+    monkeypatch.setenv(env.ELASTIC_OTEL_QUEUE_SIZE, "many")
+    monkeypatch.setenv(env.ELASTIC_OTEL_TRACES, "off")
+    monkeypatch.setenv(env.ELASTIC_OTEL_AGENT_INSTRUMENTATION, "true")
+    monkeypatch.setenv(env.ELASTIC_OTEL_METRICS, "maybe")
+    settings = Settings.from_environment()
+    assert settings.exit_timeout_s == 0.5
+    assert settings.queue_size == env.DEFAULT_QUEUE_SIZE
+    assert settings.traces is False
+    assert settings.agent_instrumentation is True
+    assert settings.metrics is True
+
+
+def test_read_once_the_handler_keeps_what_it_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(env.ELASTIC_OTEL_EXIT_TIMEOUT, "3")
+    handler = OtelHandler(pipeline_factory=lambda: None)
+    monkeypatch.setenv(env.ELASTIC_OTEL_EXIT_TIMEOUT, "9")
+    assert handler.settings.exit_timeout_s == 3.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        handler.settings.exit_timeout_s = 9.0  # type: ignore[misc]
+    given = Settings(exit_timeout_s=0.25)
+    assert OtelHandler(pipeline_factory=lambda: None, settings=given).settings is given
