@@ -4,10 +4,11 @@
 Each round the parent drops a few ``TCPStore`` servers in reference cycles (garbage it has not
 collected yet, as a test process has after earlier tests), then forks agents that rendezvous
 through a store the parent hosts. Each child collects the inherited garbage when it starts its
-workers: on the main thread (``--collect main``) or wherever the next collection happens to run,
-often a bridge thread (``--collect anywhere``). torch then joins a daemon thread that does not
-exist in the child. Prints one JSON line per round: each agent's exit code, ``null`` for an
-agent still alive after ``--timeout`` seconds (a hang; it is then killed).
+workers: on the main thread (``--collect main``), wherever the next collection happens to run,
+often a bridge thread (``--collect anywhere``), or each in turn, round by round
+(``alternate``). torch then joins a daemon thread that does not exist in the child. Prints
+one JSON line per round: each agent's exit code, ``null`` for an agent still alive after
+``--timeout`` seconds (a hang; it is then killed).
 
 ``--bridge`` registers elastic-otel in the parent first (its exporters read ``OTEL_*``).
 """
@@ -88,6 +89,12 @@ def run_agent(endpoint: str, run_id: str, nodes: int, collect: str) -> None:
     sys.exit(1 if result.is_failed() else 0)
 
 
+def _collect(mode: str, index: int) -> str:
+    if mode == "alternate":
+        return ("main", "anywhere")[index % 2]
+    return mode
+
+
 def one_round(index: int, args: argparse.Namespace) -> list[int | None]:
     from torch.distributed import TCPStore
 
@@ -106,7 +113,7 @@ def one_round(index: int, args: argparse.Namespace) -> list[int | None]:
                     f"127.0.0.1:{port}",
                     f"fork-{os.getpid()}-{index}",
                     args.agents,
-                    args.collect,
+                    _collect(args.collect, index),
                 ),
             )
             for _ in range(args.agents)
@@ -133,7 +140,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--agents", type=int, default=3)
     parser.add_argument("--stores", type=int, default=1)
-    parser.add_argument("--collect", choices=("main", "anywhere"), default="main")
+    parser.add_argument("--collect", choices=("main", "anywhere", "alternate"), default="main")
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--until-hang", action="store_true", help="stop after a round that hung")
     args = parser.parse_args()

@@ -60,10 +60,9 @@ def without_bridge() -> set[str]:
 
 
 @pytest.mark.parametrize("collector", ["unreachable", "up"])
-@pytest.mark.parametrize("collect", ["main", "anywhere"])
-def test_forked_agents_end_as_without_the_bridge(
-    collector: str, collect: str, without_bridge: set[str]
-) -> None:
+def test_forked_agents_end_as_without_the_bridge(collector: str, without_bridge: set[str]) -> None:
+    """Ten rounds in a row; the inherited garbage is collected on the main thread in even
+    rounds, wherever the next collection runs (often a bridge thread) in odd ones."""
     receiver = OtlpReceiver("grpc").start() if collector == "up" else None
     try:
         endpoint = receiver.endpoint if receiver is not None else DEAD_COLLECTOR
@@ -72,7 +71,7 @@ def test_forked_agents_end_as_without_the_bridge(
             "--rounds",
             "10",
             "--collect",
-            collect,
+            "alternate",
             "--timeout",
             "30",
             endpoint=endpoint,
