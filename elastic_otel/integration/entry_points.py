@@ -29,7 +29,7 @@ Creator = Callable[[Any], "TracedRendezvousHandler"]
 def _backend_creator(name: str) -> Creator:
     activate()
     # Imported here: torch loads this module while importing its rendezvous package, which
-    # rendezvous_tracing imports in turn.
+    # traced_rendezvous imports in turn.
     from elastic_otel.integration.traced_rendezvous import traced_creator
 
     return traced_creator(name)  # cached: torch refuses a second creator for one name

@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from elastic_otel.bridge import process_exit
-from elastic_otel.emit import bridge_health as bridge_metrics
+from elastic_otel.emit import bridge_health
 from elastic_otel.emit.bounded import run_bounded
 from elastic_otel.emit.recovery_metrics import RecoveryMetrics
 from elastic_otel.integration import torchrun_args
@@ -262,7 +262,7 @@ class TorchMetrics:
             bridge = self.bridge
             if bridge is not None:
                 try:
-                    bridge_metrics.observe(meter, self._bridge_stats, self._current_stalls)
+                    bridge_health.observe(meter, self._bridge_stats, self._current_stalls)
                     bridge.observe_spans(RecoveryMetrics(meter).record_spans)
                 except Exception as e:  # the bridge's own counters stay in elastic_otel.stats()
                     _logger.warning("elastic-otel: bridge counters not reported as metrics: %s", e)
