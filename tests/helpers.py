@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from torch.distributed.elastic.events import NodeState, RdzvEvent
@@ -9,6 +11,28 @@ from torch.distributed.elastic.events import NodeState, RdzvEvent
 from elastic_otel.model.spans import SpanRecord
 
 RUN = "job-7"
+CONFIGURATION_DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+
+
+def documented_defaults() -> dict[str, str]:
+    """``ELASTIC_OTEL_*`` variable → its default column in docs/configuration.md."""
+    rows = {}
+    for line in CONFIGURATION_DOC.read_text().splitlines():
+        match = re.match(r"^\| `(ELASTIC_OTEL_[A-Z_]+)` \|([^|]*)\|", line)
+        if match:
+            rows[match.group(1)] = match.group(2).strip()
+    return rows
+
+
+def as_documented(value: object) -> str:
+    """A default as docs/configuration.md writes it (``unset``, `` `true` ``, `` `2` ``)."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{value}`"
 
 
 def by_name(spans: list[SpanRecord], name: str) -> list[SpanRecord]:

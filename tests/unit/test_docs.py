@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import as_documented, documented_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "elastic_otel"
@@ -74,27 +75,8 @@ def _defaults_in_code() -> dict[str, set[object]]:
     return found
 
 
-def _documented_defaults() -> dict[str, str]:
-    rows = {}
-    for line in (DOCS / "configuration.md").read_text().splitlines():
-        match = re.match(r"^\| `(ELASTIC_OTEL_[A-Z_]+)` \|([^|]*)\|", line)
-        if match:
-            rows[match.group(1)] = match.group(2).strip()
-    return rows
-
-
-def _as_documented(value: object) -> str:
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return f"`{value}`"
-
-
-def test_every_variable_is_documented() -> None:
-    documented = _documented_defaults()
+def test_every_variable_isdocumented_defaults() -> None:
+    documented = documented_defaults()
     missing = sorted(_variables_in_code() - documented.keys())
     assert not missing, f"not in docs/configuration.md: {missing}"
 
@@ -104,13 +86,13 @@ def test_documented_default_is_the_code_default(variable: str) -> None:
     defaults = _defaults_in_code()[variable]
     assert len(defaults) == 1, f"{variable} is read with different defaults: {defaults}"
     (default,) = defaults
-    documented = _documented_defaults().get(variable)
-    assert documented == _as_documented(default), (
+    documented = documented_defaults().get(variable)
+    assert documented == as_documented(default), (
         f"{variable}: docs/configuration.md says {documented}, the code uses {default!r}"
     )
 
 
-def test_every_attribute_key_is_documented() -> None:
+def test_every_attribute_key_isdocumented_defaults() -> None:
     from elastic_otel.names import attributes
 
     text = "\n".join(p.read_text() for p in DOCS.glob("*.md"))

@@ -3,40 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import re
-from pathlib import Path
 
 import pytest
+from helpers import as_documented, documented_defaults
 
 from elastic_otel.bridge.handler import OtelHandler
 from elastic_otel.names import environment_variables as env
 from elastic_otel.names.settings import Settings
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
-
 
 def _variable(field: str) -> str:
     """``exit_timeout_s`` → ``ELASTIC_OTEL_EXIT_TIMEOUT``."""
     return getattr(env, "ELASTIC_OTEL_" + field.removesuffix("_s").upper())
-
-
-def _documented() -> dict[str, str]:
-    rows = {}
-    for line in DOCS.read_text().splitlines():
-        match = re.match(r"^\| `(ELASTIC_OTEL_[A-Z_]+)` \|([^|]*)\|", line)
-        if match:
-            rows[match.group(1)] = match.group(2).strip()
-    return rows
-
-
-def _as_documented(value: object) -> str:
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return f"`{value}`"
 
 
 def test_an_empty_environment_gives_the_field_defaults() -> None:
@@ -46,7 +24,7 @@ def test_an_empty_environment_gives_the_field_defaults() -> None:
 @pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(Settings)])
 def test_every_field_is_a_documented_variable_with_its_documented_default(field: str) -> None:
     variable = _variable(field)
-    assert _documented()[variable] == _as_documented(getattr(Settings(), field))
+    assert documented_defaults()[variable] == as_documented(getattr(Settings(), field))
 
 
 def test_values_are_read_and_malformed_ones_are_their_defaults(
