@@ -20,7 +20,9 @@ import gc
 import json
 import multiprocessing as mp
 import os
+import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -128,10 +130,27 @@ def one_round(index: int, args: argparse.Namespace) -> list[int | None]:
     codes = [agent.exitcode for agent in agents]
     for agent in agents:
         if agent.exitcode is None:
+            if args.dump_hung:
+                dump_native_stacks(agent.pid)
             agent.kill()
             agent.join(10)
     del host
     return codes
+
+
+def dump_native_stacks(pid: int | None) -> None:
+    """Every thread's native stack of a hung agent, on stderr (where gdb is installed)."""
+    gdb = shutil.which("gdb")
+    if gdb is None or pid is None:
+        return
+    done = subprocess.run(
+        [gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt 30"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    frames = [line for line in done.stdout.splitlines() if line.startswith(("Thread", "#"))]
+    print(f"--- hung agent {pid} ---", *frames, sep="\n", file=sys.stderr, flush=True)
 
 
 def main() -> None:
@@ -143,6 +162,7 @@ def main() -> None:
     parser.add_argument("--collect", choices=("main", "anywhere", "alternate"), default="main")
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--until-hang", action="store_true", help="stop after a round that hung")
+    parser.add_argument("--dump-hung", action="store_true", help="gdb backtraces of hung agents")
     args = parser.parse_args()
     if args.bridge:
         import elastic_otel

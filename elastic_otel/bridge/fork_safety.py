@@ -33,6 +33,8 @@ import threading
 _logger = logging.getLogger("elastic_otel")
 
 _THREAD_NAME = "elastic-otel-fork-stack"
+_DECOY_MARGIN = 4
+"""Decoys beyond the threads counted: a thread may start between the count and the fork."""
 
 
 def count_threads() -> int:
@@ -76,7 +78,7 @@ class ForkGuard:
             # gRPC restarts its threads inside fork(), before any Python code runs in the
             # child, on the stacks of the parent's newest threads (glibc reuses them newest
             # first). Decoys started now are the newest: gRPC's threads take their ids.
-            self._decoys = _park(count_threads(), "elastic-otel-fork-decoy")
+            self._decoys = _park(count_threads() + _DECOY_MARGIN, "elastic-otel-fork-decoy")
         self._threads_at_fork = count_threads()
 
     def _after_fork_in_parent(self) -> None:
@@ -99,7 +101,10 @@ class ForkGuard:
         """In a forked child: park a thread on each stack the parent's threads left behind and
         no thread of the child took yet. Returns how many were parked; never raises."""
         with self._lock:
-            free = self.left_behind - self.reserved - max(0, count_threads() - 1)
+            # One per stack left behind, not fewer for the threads the child already runs:
+            # one of those may have ended and put a stack back, or taken one from elsewhere.
+            # A few idle threads too many cost nothing; one too few can cost a hang.
+            free = self.left_behind - self.reserved
             if free <= 0:
                 return 0
             if _park(free, _THREAD_NAME, self._parked) is None:

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from otlp_receiver import OtlpReceiver
@@ -24,8 +25,14 @@ SCRIPT = Path(__file__).parent.parent / "fork_agents.py"
 DEAD_COLLECTOR = "http://127.0.0.1:9"  # discard port: nothing listens
 
 
-def run_rounds(*args: str, endpoint: str | None = None, **env: str) -> list[list[int | None]]:
-    """Each round's agent exit codes (``None``: still alive at the round's timeout, a hang)."""
+class Rounds(NamedTuple):
+    codes: list[list[int | None]]  # each round's agent exit codes (None: alive at its timeout)
+    hung_stacks: str  # hung agents' native stacks (``--dump-hung``, where gdb is installed)
+
+
+def run_rounds(*args: str, endpoint: str | None = None, **env: str) -> Rounds:
+    """Run the reproduction; a ``None`` exit code is an agent still alive at the round's
+    timeout (a hang)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ELASTIC_"))}
     environ.update(OTEL_BLRP_SCHEDULE_DELAY="100", OTEL_BSP_SCHEDULE_DELAY="100", **env)
     if endpoint is not None:
@@ -41,7 +48,7 @@ def run_rounds(*args: str, endpoint: str | None = None, **env: str) -> list[list
         json.loads(line)["exit_codes"] for line in done.stdout.splitlines() if line[:1] == "{"
     ]
     assert rounds, f"no round ran:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-    return rounds
+    return Rounds(rounds, "".join(done.stderr.partition("--- hung agent")[1:])[-6000:])
 
 
 def outcome(code: int | None) -> str:
@@ -53,7 +60,7 @@ def outcome(code: int | None) -> str:
 @pytest.fixture(scope="module")
 def without_bridge() -> set[str]:
     """What the same agents do when no bridge runs: torch aborts them (``EINVAL`` in join)."""
-    rounds = run_rounds("--rounds", "2", "--timeout", "60")
+    rounds = run_rounds("--rounds", "2", "--timeout", "60").codes
     outcomes = {outcome(code) for codes in rounds for code in codes}
     assert "hang" not in outcomes
     return outcomes
@@ -74,14 +81,17 @@ def test_forked_agents_end_as_without_the_bridge(collector: str, without_bridge:
             "alternate",
             "--timeout",
             "30",
+            "--dump-hung",
             endpoint=endpoint,
         )
     finally:
         if receiver is not None:
             receiver.close()
-    assert len(rounds) == 10
-    for index, codes in enumerate(rounds):
-        assert {outcome(code) for code in codes} == without_bridge, f"round {index}: {codes}"
+    assert len(rounds.codes) == 10
+    for index, codes in enumerate(rounds.codes):
+        assert {outcome(code) for code in codes} == without_bridge, (
+            f"round {index}: {codes}\n{rounds.hung_stacks}"
+        )
     if receiver is not None:
         assert receiver.logs, "the parent's bridge exported nothing"
 
@@ -98,7 +108,7 @@ def test_without_the_guard_the_reproduction_hangs() -> None:
         endpoint=DEAD_COLLECTOR,
         ELASTIC_OTEL_FORK_GUARD="false",
     )
-    assert any(None in codes for codes in rounds), rounds
+    assert any(None in codes for codes in rounds.codes), rounds.codes
 
 
 THREAD_IDS_AFTER_FORK = """
