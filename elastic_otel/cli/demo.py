@@ -5,7 +5,9 @@ Two torchrun agents (``--nnodes=2``, c10d rendezvous on a free localhost port,
 rank 1 fails once, so the job goes through a failure, a restart and a second round that
 succeeds. The agents write their spans, logs and metrics to a local OTLP JSON file (and also
 to the OTLP endpoint when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set); the demo follows that file
-to show progress, and prints the job's timeline at the end.
+to show progress, one line per event that matters (each worker's end once: the bridge reports
+it when the agent's monitor sees it, torch again after the exit barrier, on the same span), and
+prints the job's timeline at the end.
 
 Every process the job starts is stopped when the demo ends, also on Ctrl-C or a timeout:
 the agents run in their own process groups, and their descendants (torch starts each
@@ -271,6 +273,20 @@ def sigterm_as_interrupt() -> Iterator[None]:
 # --- progress -------------------------------------------------------------------------------
 
 
+_TOLD_BY_SPAN = frozenset(
+    s.value
+    for s in (
+        WorkerState.REPLACED,
+        WorkerState.RESTARTED,
+        WorkerState.TERMINATED,
+        WorkerState.STOPPED,
+        WorkerState.PEER_FAILED,
+    )
+)
+"""Worker ends told from the ``worker`` span, which says why (``torchelastic.end_reason``); the
+others (SUCCEEDED, FAILED) from the first log record of the end, as soon as it is written."""
+
+
 @dataclass
 class ProgressFollower:
     """Tails the OTLP JSON file the agents write and tells what the job is doing."""
@@ -281,6 +297,7 @@ class ProgressFollower:
     partial: bytes = b""
     instances: dict[str, int] = field(default_factory=dict)  # service.instance.id -> agent
     joined: set[str] = field(default_factory=set)  # agents that joined a rendezvous before
+    ended: set[Any] = field(default_factory=set)  # the worker ends already told
 
     def poll(self) -> list[str]:
         try:
@@ -337,7 +354,19 @@ class ProgressFollower:
             if attrs.get(A.EVENT_SOURCE) == A.SOURCE_AGENT and state in ("SUCCEEDED", "FAILED"):
                 return [f"{who}: job {state}"]
             if attrs.get(A.EVENT_SOURCE) == A.SOURCE_WORKER and state != "START":
-                return [f"{who}: worker rank {attrs.get(A.GLOBAL_RANK)} {state}"]
+                if state in _TOLD_BY_SPAN:
+                    return []  # its span says why it ended
+                # torch's late event and the bridge's early one are log records of one span
+                key = record["span_id"] or (
+                    who,
+                    attrs.get(A.GLOBAL_RANK),
+                    attrs.get(A.AGENT_RESTARTS),
+                )
+                error = ": ".join(
+                    str(attrs[k]) for k in (A.EXCEPTION_TYPE, A.EXCEPTION_MESSAGE) if k in attrs
+                )
+                text = f"{who}: worker rank {attrs.get(A.GLOBAL_RANK)} {state}"
+                return self._once(key, f"{text}: {error}" if error else text)
         if record["severity_number"] >= 17:
             return [f"{who}: ERROR {record['body']}"]
         return []
@@ -345,17 +374,17 @@ class ProgressFollower:
     def _span_message(self, span: dict[str, Any]) -> list[str]:
         attrs = span["attributes"]
         state = attrs.get(A.STATE)
-        if span["name"] == A.SPAN_WORKER and state in (
-            "REPLACED",
-            "RESTARTED",
-            "TERMINATED",
-            WorkerState.STOPPED.value,
-        ):
+        if span["name"] == A.SPAN_WORKER and state in _TOLD_BY_SPAN:
             reason = attrs.get(A.END_REASON, "")
-            return [
-                f"{self._agent(span)}: worker rank {attrs.get(A.GLOBAL_RANK)} {state}: {reason}"
-            ]
+            text = f"{self._agent(span)}: worker rank {attrs.get(A.GLOBAL_RANK)} {state}"
+            return self._once(span["span_id"], f"{text}: {reason}" if reason else text)
         return []
+
+    def _once(self, key: Any, message: str) -> list[str]:
+        if key in self.ended:
+            return []
+        self.ended.add(key)
+        return [message]
 
 
 class StatusLine:

@@ -1,4 +1,10 @@
-"""What each recovery cost, as OpenTelemetry histograms (seconds):
+"""What each failure and recovery cost, as OpenTelemetry metrics:
+
+* ``torchelastic.worker.failures``, a counter of root-cause worker failures by ``error.type``
+  (and ``torchelastic.oom_kill`` when the kernel's OOM killer did it): how many OOM kills, how
+  many segfaults this week. Only root causes (``torchelastic.failure.kind`` = ``root_cause``):
+  the peers that died of a failure, and the workers their agents stopped, are not counted, so
+  one rank's crash counts once however many ranks the job has;
 
 * ``torchelastic.recovery.duration`` by ``torchelastic.recovery.cause`` and
   ``torchelastic.recovery.until``: ``workers_started`` (the agent's ``agent.recovery`` span) or
@@ -7,10 +13,10 @@
   recovery's child spans (``stop_workers``, ``rendezvous``, ``assign_worker_ranks``,
   ``start_workers``) and ``first_step`` (worker start to first training step).
 
-Each point is recorded in the context of its span, so the SDK's default exemplar filter
-(``trace_based``) attaches the round's trace id and the span id as an exemplar: a slow
-recovery on a dashboard opens as its trace. Recorded from ended spans on the bridge's worker
-thread, never on torch's.
+The histograms are in seconds. Each point is recorded in the context of its span, so the
+SDK's default exemplar filter (``trace_based``) attaches the round's trace id and the span id
+as an exemplar: a slow recovery on a dashboard opens as its trace. Recorded from ended spans on
+the bridge's worker thread, never on torch's.
 """
 
 from __future__ import annotations
@@ -40,9 +46,14 @@ def span_context(trace_id: int, span_id: int) -> Context:
 
 
 class RecoveryMetrics:
-    """The two recovery histograms on ``meter``."""
+    """The failure counter and the two recovery histograms on ``meter``."""
 
     def __init__(self, meter: Meter) -> None:
+        self.failures = meter.create_counter(
+            A.METRIC_WORKER_FAILURES,
+            unit="{failure}",
+            description="Worker failures that were a root cause (not the peers that died of one)",
+        )
         self.duration = meter.create_histogram(
             A.METRIC_RECOVERY_DURATION,
             unit="s",
@@ -57,8 +68,17 @@ class RecoveryMetrics:
         )
 
     def record_spans(self, spans: list[SpanRecord]) -> None:
-        """Record the ``agent.recovery`` spans in ``spans`` and their phases (which are
-        handed out in the same batch as their recovery)."""
+        """Count the root-cause ``worker`` spans in ``spans``; record the ``agent.recovery``
+        spans and their phases (which are handed out in the same batch as their recovery)."""
+        for span in spans:
+            if span.attributes.get(A.FAILURE_KIND) == A.KIND_ROOT_CAUSE:
+                attrs: dict[str, str | bool] = {
+                    A.ERROR_TYPE: str(span.attributes.get(A.ERROR_TYPE, "_OTHER"))
+                }
+                if span.attributes.get(A.OOM_KILL) is True:
+                    attrs[A.OOM_KILL] = True
+                context = span_context(span.trace_id, span.span_id)
+                self.failures.add(1, attrs, context=context)
         causes = {
             s.span_id: str(s.attributes.get(A.RECOVERY_CAUSE, ""))
             for s in spans

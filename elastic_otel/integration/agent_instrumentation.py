@@ -5,7 +5,7 @@ nothing for a worker that fails before a restart: the agent learns each outcome 
 ``_monitor_workers`` (a ``RunResult`` with a ``ProcessFailure`` per failed rank: pid, exit
 code, error file data, time) and acts on it without an event. So, as OpenTelemetry's
 instrumentation packages do for libraries, :class:`AgentInstrumentation` wraps methods of torch's
-agent classes on activation and puts them back when asked (six methods; :func:`instrument` /
+agent classes on activation and puts them back when asked (seven methods; :func:`instrument` /
 :func:`uninstrument` on the process's :data:`AGENT`):
 
 * ``LocalElasticAgent._monitor_workers``: when it reports the group FAILED or SUCCEEDED, one
@@ -27,7 +27,21 @@ agent classes on activation and puts them back when asked (six methods; :func:`i
   span, reserved in the trace model) and the ``ELASTIC_OTEL_WORKER_START_UNIX_NANO`` /
   ``ELASTIC_OTEL_RECOVERY_*`` variables :mod:`elastic_otel.worker.training` reads. The reservation
   waits for the bridge's worker thread, at most 0.5 s; without an answer the workers start
-  without them.
+  without them. It also arranges the worker start-up (:mod:`elastic_otel.worker.startup`, on
+  ``PYTHONPATH``; ``ELASTIC_OTEL_WORKER_STARTUP=false`` turns it off), which leaves a crashed
+  worker's Python stack and an uncaught exception's type beside its error file;
+* ``PContext.close``: torch calls it when the first worker of the group fails, to stop the
+  others (SIGTERM, then SIGKILL). Which workers had ended before that call is the fact that
+  separates a worker that died on its own from one its agent stopped.
+
+**Root cause or victim.** Each worker end the monitor reports is classified
+(:mod:`elastic_otel.model.failures`) from what the agent knows: whether it ended before the
+agent began to stop the group, its exception (the worker start-up's report, else torch's error
+file) and, for a SIGKILL, whether the cgroup's OOM-kill count rose
+(:mod:`elastic_otel.integration.oom_kills`). A root cause is reported ``FAILED`` with
+``failure.kind`` = ``root_cause``; a worker whose collective failed because a peer died is
+``PEER_FAILED`` (``peer_failure``); a worker the agent stopped is ``STOPPED`` (``stopped``,
+with ``stopped_after`` naming the root cause when this node has one).
 
 The events go to the bridge handler only, and only from an agent whose own events go there
 (``--event-log-handler otel``): torch's other destinations see what they always saw. Every
@@ -43,7 +57,9 @@ import functools
 import inspect
 import json
 import logging
+import os
 import signal
+import stat
 import threading
 import time
 import weakref
@@ -51,15 +67,20 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from elastic_otel.bridge.handler import OtelHandler, get_handler
+from elastic_otel.integration.oom_kills import oom_kill_count
+from elastic_otel.model.failures import WorkerEnd, classify, root_cause
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
 from elastic_otel.names.torch_names import AGENT_STEP_PREFIX, WorkerState
+from elastic_otel.parsing.worker_reports import WorkerReport, read_worker_report
 
 _logger = logging.getLogger("elastic_otel")
 
 OBSERVED_BY_MONITOR = "monitor_workers"
 """The value of ``torchelastic.observed_by`` on the outcomes this module reports."""
-_STOP_EXIT_CODES = frozenset({-signal.SIGTERM, -signal.SIGKILL})
+_WORKER_SITE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "worker", "site")
+"""The worker start-up's ``sitecustomize`` directory, inside the installed package (a path,
+not an import: ``worker`` is this layer's sibling)."""
 _WRAPPED_FLAG = "__elastic_otel_wrapped__"
 Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
 _Target = tuple[type, str, Wrapper, int]  # class, method, wrapper, number of parameters
@@ -70,6 +91,10 @@ _RESTART_CAUSES: dict[str, str] = {
 }
 # The time of each agent's latest root failure (seconds), for the detection delay.
 _failed_at: MutableMapping[Any, float] = weakref.WeakKeyDictionary()
+# Per process context: the local ranks that had failed when torch first began to close it.
+_ended_before_close: MutableMapping[Any, frozenset[int] | None] = weakref.WeakKeyDictionary()
+# Per agent: the cgroup's OOM-kill count when it last started workers or saw a SIGKILL.
+_oom_kills: MutableMapping[Any, int | None] = weakref.WeakKeyDictionary()
 
 
 TESTED_TORCH = ((2, 13), (2, 13))
@@ -114,6 +139,7 @@ class AgentInstrumentation:
                 from torch.distributed.elastic.agent.server.local_elastic_agent import (
                     LocalElasticAgent,
                 )
+                from torch.distributed.elastic.multiprocessing.api import PContext
             except ImportError as e:
                 _logger.debug("elastic-otel: agent not instrumented (%s)", e)
                 return False
@@ -130,6 +156,7 @@ class AgentInstrumentation:
                     _step_wrapper("restart_workers", bridge),
                     2,
                 ),
+                (PContext, "close", _close_wrapper, 3),
             ]
             problem = _shape_problem(SimpleElasticAgent, targets)
             if problem:
@@ -261,6 +288,9 @@ def _watchdog_wrapper(bridge: OtelHandler) -> Wrapper:
         def _setup_local_watchdog(self: Any, envs: dict[int, dict[str, str]]) -> Any:
             try:
                 if _reports_to_bridge(self, bridge):
+                    _oom_kills[self] = oom_kill_count()
+                    if bridge.settings.worker_startup:
+                        _add_worker_startup(envs)
                     _add_trace_context(self, envs, bridge)
             except Exception:  # never the agent's problem
                 _logger.debug("elastic-otel: workers started without trace context", exc_info=True)
@@ -269,6 +299,20 @@ def _watchdog_wrapper(bridge: OtelHandler) -> Wrapper:
         return _setup_local_watchdog
 
     return wrap
+
+
+def _close_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    def close(self: Any, death_sig: Any = None, timeout: int = 30) -> Any:
+        try:
+            if self not in _ended_before_close:
+                failures = getattr(self, "_failures", None)  # SubprocessContext's
+                ended = frozenset(failures) if isinstance(failures, dict) else None
+                _ended_before_close[self] = ended
+        except Exception:  # never the agent's problem
+            _logger.debug("elastic-otel: close not observed", exc_info=True)
+        return original(self, death_sig, timeout)
+
+    return close
 
 
 # --- events -------------------------------------------------------------------------------------
@@ -311,6 +355,19 @@ def _add_trace_context(agent: Any, envs: dict[int, dict[str, str]], bridge: Otel
             worker_env[env.ELASTIC_OTEL_RECOVERY_START_UNIX_NANO] = str(launch.recovery_start_ns)
 
 
+def _add_worker_startup(envs: dict[int, dict[str, str]]) -> None:
+    """Put the worker start-up on each worker's ``PYTHONPATH`` (see the module docstring);
+    only from the installed package, never from a directory anyone may write to."""
+    shim = os.path.join(_WORKER_SITE, "sitecustomize.py")
+    if not os.path.isfile(shim) or os.stat(_WORKER_SITE).st_mode & stat.S_IWOTH:
+        return
+    for worker_env in envs.values():
+        base = worker_env.get(env.PYTHONPATH, os.environ.get(env.PYTHONPATH, ""))
+        worker_env[env.PYTHONPATH] = _WORKER_SITE + (os.pathsep + base if base else "")
+        worker_env[env.ELASTIC_OTEL_WORKER_PYTHONPATH] = base
+        worker_env[env.ELASTIC_OTEL_WORKER_REPORTS] = "1"
+
+
 def traceparent(trace_id: int, span_id: int) -> str:
     """A W3C ``traceparent`` value for a sampled span."""
     return f"00-{trace_id:032x}-{span_id:016x}-01"
@@ -325,28 +382,36 @@ def _report_outcomes(agent: Any, worker_group: Any, result: Any, handler: OtelHa
     failures = getattr(result, "failures", {}) or {}
     returned = getattr(result, "return_values", {}) or {}
     now_ms = time.time() * 1000.0
-    root = root_failure({rank: (f.exitcode, f.timestamp) for rank, f in failures.items()})
-    if root is not None and state == WorkerState.FAILED:
-        _failed_at[agent] = float(failures[root].timestamp or 0)
-    # The root cause first: the workers stopped because of it link to its span.
-    workers = sorted(worker_group.workers, key=lambda w: w.global_rank != root)
+    ended = _worker_ends(agent, failures)
+    ends = [e for e, _ in ended.values()]
+    root = root_cause(ends)
+    if state == WorkerState.FAILED and ends:
+        first = root or min(ends, key=lambda e: e.time_ns)
+        _failed_at[agent] = first.time_ns / 1e9
+    oom = _oom_killed(agent, ends)
+    # The root cause first: the workers that died of it link to its span.
+    root_rank = root.global_rank if root is not None else None
+    workers = sorted(worker_group.workers, key=lambda w: w.global_rank != root_rank)
     for worker in workers:
-        failure = failures.get(worker.global_rank)
-        if failure is not None:
-            stopped = worker.global_rank != root and failure.exitcode in _STOP_EXIT_CODES
+        if worker.global_rank in ended:
+            end, report = ended[worker.global_rank]
+            kind = classify(end)
+            failure = failures[worker.global_rank]
             event = _construct(
                 agent,
-                (WorkerState.STOPPED if stopped else WorkerState.FAILED).value,
+                _KIND_STATES[kind].value,
                 EventSource.WORKER,
                 worker,
-                raw_error=None if stopped else json.dumps(failure.error_file_data),
+                raw_error=None if kind == A.KIND_STOPPED else _raw_error(failure, report),
                 exit_code=failure.exitcode,
                 worker_pid=failure.pid,
             )
-            if stopped:
-                event.metadata["stopped_after"] = root
-            failed_at = getattr(failure, "timestamp", 0)
-            event.timestamp = int(failed_at * 1000) if failed_at else int(now_ms)
+            event.metadata["failure.kind"] = kind
+            if kind == A.KIND_STOPPED and root_rank is not None:
+                event.metadata["stopped_after"] = root_rank
+            if oom and kind == A.KIND_ROOT_CAUSE and end.exit_code == -signal.SIGKILL:
+                event.metadata["oom_kill"] = True
+            event.timestamp = end.time_ns // 1_000_000 or int(now_ms)
         elif state == WorkerState.SUCCEEDED and worker.global_rank in returned:
             event = _construct(agent, WorkerState.SUCCEEDED.value, EventSource.WORKER, worker)
             event.timestamp = int(now_ms)
@@ -356,16 +421,61 @@ def _report_outcomes(agent: Any, worker_group: Any, result: Any, handler: OtelHa
         handler.info(event)
 
 
-def root_failure(failures: dict[int, tuple[int, float]]) -> int | None:
-    """The global rank that failed first, from ``{rank: (exit code, failure time)}``.
+_KIND_STATES = {
+    A.KIND_ROOT_CAUSE: WorkerState.FAILED,
+    A.KIND_PEER_FAILURE: WorkerState.PEER_FAILED,
+    A.KIND_STOPPED: WorkerState.STOPPED,
+}
 
-    Workers torch stopped itself (killed by SIGTERM or SIGKILL) are not candidates while
-    another failure is there; ties go to the earliest time, then the lowest rank.
-    """
-    if not failures:
-        return None
-    own = {r: v for r, v in failures.items() if v[0] not in _STOP_EXIT_CODES} or failures
-    return min(own, key=lambda r: (own[r][1], r))
+
+def _worker_ends(
+    agent: Any, failures: dict[int, Any]
+) -> dict[int, tuple[WorkerEnd, WorkerReport | None]]:
+    """What the agent knows of each failed worker (by global rank), and its report."""
+    pcontext = getattr(agent, "_pcontext", None)
+    ended_before = _ended_before_close.get(pcontext) if pcontext is not None else None
+    # torch's ProcessFailure forgets the path of an error file the worker did not write
+    error_files = getattr(pcontext, "error_files", None) or {}
+    ended: dict[int, tuple[WorkerEnd, WorkerReport | None]] = {}
+    for rank, failure in failures.items():
+        report = read_worker_report(error_files.get(failure.local_rank) or failure.error_file)
+        stopped = ended_before is not None and failure.local_rank not in ended_before
+        seconds = float(getattr(failure, "timestamp", 0) or 0)
+        end = WorkerEnd(
+            global_rank=rank,
+            exit_code=failure.exitcode,
+            stopped_by_agent=stopped,
+            exception_type=report.exception_type if report is not None else None,
+            message=report.message if report is not None else None,
+            time_ns=(report.time_ns if report is not None else None) or int(seconds * 1e9),
+        )
+        ended[rank] = (end, report)
+    return ended
+
+
+def _oom_killed(agent: Any, ends: list[WorkerEnd]) -> bool:
+    """Whether the cgroup's OOM-kill count rose since the workers started (or since the last
+    SIGKILL this agent saw), when a worker died of a SIGKILL its agent did not send."""
+    if not any(e.exit_code == -signal.SIGKILL and not e.stopped_by_agent for e in ends):
+        return False
+    before = _oom_kills.get(agent)
+    now = _oom_kills[agent] = oom_kill_count()
+    return before is not None and now is not None and now > before
+
+
+def _raw_error(failure: Any, report: WorkerReport | None) -> str | None:
+    """The worker's error in the shape of torch's error file (what the parser reads): the
+    worker start-up's report (an exception, or a fatal signal's Python stack), else torch's."""
+    if report is not None and report.exception_type:
+        message = f"{report.exception_type}: {report.message or ''}"
+        stack = report.traceback or ""
+    elif report is not None and report.fault_stack:
+        message = report.fault_stack.strip().splitlines()[0]
+        stack = report.fault_stack
+    else:
+        data = getattr(failure, "error_file_data", None)
+        return json.dumps(data) if data else None
+    return json.dumps({"message": {"message": message, "extraInfo": {"py_callstack": stack}}})
 
 
 def _report_step(

@@ -58,6 +58,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from elastic_otel.model.failures import describe, error_type
 from elastic_otel.model.recovery import RecoveryHold
 from elastic_otel.model.spans import (
     DEFAULT_EVENT_LIMIT,
@@ -113,6 +114,8 @@ _SPAN_KEYS = (
     A.ENTRY_POINT,
     A.ERROR_CATEGORY,
     A.OBSERVED_BY,
+    A.FAILURE_KIND,
+    A.OOM_KILL,
 )
 
 
@@ -428,15 +431,17 @@ class AgentModel:
             span = self._span(A.SPAN_WORKER, t, ev, parent)
             span.attributes = {A.START_UNKNOWN: True}
         span.attributes.update(agent_attributes(ev))
+        code = ev.attributes.get(A.EXIT_CODE)
+        if code is not None and ev.state != WorkerState.SUCCEEDED:
+            span.attributes[A.PROCESS_EXIT_CODE] = code
         if ev.state == WorkerState.FAILED:
-            span.record_error(ev)
-            if not ev.error:
-                code = ev.attributes.get(A.EXIT_CODE)
-                failed = WorkerState.FAILED.value
-                span.status_message = f"exit code {code}" if code is not None else failed
+            _failed(span, ev, code)
             status = STATUS_ERROR
             if agent.failed is None:
                 agent.failed = span
+        elif ev.state == WorkerState.PEER_FAILED:
+            _peer_failed(span, ev, agent.failed)
+            status = STATUS_UNSET
         elif ev.state == WorkerState.STOPPED:
             _stopped_by_agent(span, agent.failed)
             status = STATUS_UNSET
@@ -501,6 +506,27 @@ class AgentModel:
 def _back_dated(t: int, duration_ms: float | None) -> int:
     """When a step of ``duration_ms`` that ended at ``t`` began (never before the epoch)."""
     return max(0, t - int((duration_ms or 0.0) * 1_000_000))
+
+
+def _failed(span: SpanRecord, ev: ElasticEvent, code: object) -> None:
+    """A worker that failed on its own (a root cause, or one torch reported without the
+    instrumentation's classification): ERROR, ``error.type``, what killed it."""
+    span.record_error(ev)
+    err = ev.error
+    span.attributes[A.ERROR_TYPE] = error_type(code, err.type if err is not None else None)
+    exception = f"{err.type}: {err.message}" if err and err.type else (err.message if err else "")
+    oom = ev.attributes.get(A.OOM_KILL) is True
+    if code is not None or exception:
+        span.status_message = describe(code, exception, oom)
+
+
+def _peer_failed(span: SpanRecord, ev: ElasticEvent, failed: SpanRecord | None) -> None:
+    """A victim: its collective failed because a peer died. Not an error of its own."""
+    first_line = (ev.error.message.strip().splitlines() or [""])[0] if ev.error else ""
+    reason = "its collective failed after a peer died"
+    span.attributes[A.END_REASON] = f"{reason}: {first_line[:200]}" if first_line else reason
+    if failed is not None:
+        span.links.append(_failure_link(failed))
 
 
 def _stopped_by_agent(span: SpanRecord, failed: SpanRecord | None) -> None:

@@ -28,14 +28,15 @@ class LogModel:
 
 
 def severity(event: ElasticEvent) -> tuple[int, str]:
-    """FAILED → ERROR; TERMINATED, a stall report, unparseable input → WARN; else INFO."""
+    """FAILED → ERROR; TERMINATED, PEER_FAILED, a stall report, unparseable input → WARN;
+    else INFO."""
     if event.kind is EventKind.RENDEZVOUS:
         return SEVERITY_ERROR if event.node_state == NodeState.FAILED else SEVERITY_INFO
     if event.kind is EventKind.UNPARSED:
         return SEVERITY_WARN
     if event.state == WorkerState.FAILED:
         return SEVERITY_ERROR
-    if event.state in (WorkerState.TERMINATED, STALL_STATE):
+    if event.state in (WorkerState.TERMINATED, WorkerState.PEER_FAILED, STALL_STATE):
         return SEVERITY_WARN
     return SEVERITY_INFO
 
@@ -54,13 +55,23 @@ def event_name(event: ElasticEvent) -> str:
     return event.name
 
 
+def body(event: ElasticEvent) -> str:
+    """The record's body: a worker's whole traceback (or fatal-signal stack) when it has one,
+    which spans keep only the innermost part of (:data:`~elastic_otel.model.spans.
+    SPAN_TEXT_LIMIT`); else the event's name."""
+    err = event.error
+    if event.kind is EventKind.WORKER and err is not None and err.stacktrace:
+        return err.stacktrace
+    return event.body
+
+
 def to_log(event: ElasticEvent) -> LogModel:
     number, text = severity(event)
     return LogModel(
         time_ns=event.time_ns,
         severity_number=number,
         severity_text=text,
-        body=event.body,
+        body=body(event),
         event_name=event_name(event),
         attributes=event.attributes,
     )

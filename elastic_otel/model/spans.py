@@ -18,12 +18,18 @@ from typing import NamedTuple
 
 from elastic_otel.names import attributes as A
 from elastic_otel.parsing.torch_events import AttrValue, ElasticEvent, error_attributes
+from elastic_otel.parsing.worker_reports import innermost_frames
 
 STATUS_UNSET = "UNSET"
 STATUS_OK = "OK"
 STATUS_ERROR = "ERROR"
 
 DEFAULT_EVENT_LIMIT = 128
+SPAN_TEXT_LIMIT = 2048
+"""Bytes of an exception's stack or message kept on a span. Grafana Tempo keeps attribute
+values up to 2,048 bytes by default and cuts the rest, which would keep a traceback's
+*outermost* frames and lose the message; so spans carry the innermost frames and the message
+that fit, and the log record of the same event carries the whole text."""
 _IMPORTANT_RESERVE = 16  # failures and closes may go past the event limit by this much
 
 SpanAttributes = dict[str, AttrValue]
@@ -88,7 +94,13 @@ class SpanRecord:
             self.status_message = event.body[:256]
             return
         self.status_message = err.type or err.message[:256]
-        self.add_event("exception", event.time_ns, dict(error_attributes(err)), important=True)
+        attributes: SpanAttributes = dict(error_attributes(err))
+        if err.stacktrace:
+            attributes[A.EXCEPTION_STACKTRACE] = innermost_frames(err.stacktrace, SPAN_TEXT_LIMIT)
+        if len(err.message.encode()) > SPAN_TEXT_LIMIT:
+            message = err.message.encode()[:SPAN_TEXT_LIMIT].decode(errors="ignore")
+            attributes[A.EXCEPTION_MESSAGE] = message
+        self.add_event("exception", event.time_ns, attributes, important=True)
 
     def set_error(self, message: str) -> None:
         self.status, self.status_message = STATUS_ERROR, message

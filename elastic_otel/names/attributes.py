@@ -70,6 +70,17 @@ CAUSE_WORKER_FAILURE: Final = "worker_failure"
 CAUSE_MEMBERSHIP_CHANGE: Final = "membership_change"
 UNTIL_WORKERS_STARTED: Final = "workers_started"
 UNTIL_FIRST_STEP: Final = "first_step"
+FAILURE_KIND: Final = "torchelastic.failure.kind"
+"""How a worker that did not succeed ended (agent instrumentation): ``root_cause`` (it failed on
+its own: an exception, or a signal its agent did not send), ``peer_failure`` (its collective
+failed because a peer died) or ``stopped`` (its agent stopped it after another worker failed).
+Only a ``root_cause`` worker span is ERROR."""
+KIND_ROOT_CAUSE: Final = "root_cause"
+KIND_PEER_FAILURE: Final = "peer_failure"
+KIND_STOPPED: Final = "stopped"
+OOM_KILL: Final = "torchelastic.oom_kill"
+"""``true`` on a worker killed by SIGKILL while its cgroup's ``memory.events`` ``oom_kill``
+count rose: the kernel's OOM killer. Absent where the kernel does not say."""
 PHASE: Final = "torchelastic.phase"
 """``start`` or ``end`` of an agent step the bridge observes (``elastic_otel.agent.<step>``)."""
 
@@ -87,6 +98,11 @@ PROCESS_PID: Final = "process.pid"
 EXCEPTION_TYPE: Final = "exception.type"
 EXCEPTION_MESSAGE: Final = "exception.message"
 EXCEPTION_STACKTRACE: Final = "exception.stacktrace"
+ERROR_TYPE: Final = "error.type"
+"""On a root-cause worker span: the exception's type (``RuntimeError``) or the signal's name
+(``SIGKILL``), or ``exit_code_<n>`` when the worker exited non-zero without an exception."""
+PROCESS_EXIT_CODE: Final = "process.exit.code"
+"""A worker's exit code as torch reports it: negative for a signal (``-9``: SIGKILL)."""
 
 # Values of torchelastic.event.source.
 SOURCE_AGENT: Final = "AGENT"
@@ -129,5 +145,7 @@ METRIC_RECOVERY_DURATION: Final = "torchelastic.recovery.duration"
 """Histogram (s) by ``torchelastic.recovery.cause`` and ``torchelastic.recovery.until``."""
 METRIC_RECOVERY_PHASE_DURATION: Final = "torchelastic.recovery.phase.duration"
 """Histogram (s) by ``torchelastic.recovery.phase`` and ``torchelastic.recovery.cause``."""
+METRIC_WORKER_FAILURES: Final = "torchelastic.worker.failures"
+"""Counter: root-cause worker failures (never the workers that died of them), by ``error.type``."""
 METRIC_STALLED_SECONDS: Final = "torchelastic.stalled.seconds"
 """Gauge: the longest current wait per ``torchelastic.stalled.in`` past the stall threshold."""

@@ -120,6 +120,28 @@ ELASTIC_OTEL_RECOVERY_CAUSE = "ELASTIC_OTEL_RECOVERY_CAUSE"
 ELASTIC_OTEL_RECOVERY_START_UNIX_NANO = "ELASTIC_OTEL_RECOVERY_START_UNIX_NANO"
 """When that recovery began (the agent noticed the failure or the waiting node)."""
 
+ELASTIC_OTEL_WORKER_STARTUP = "ELASTIC_OTEL_WORKER_STARTUP"
+"""``false``: the instrumented agent starts its workers as torch does, without the worker-side
+start-up (:mod:`elastic_otel.worker.startup`) that reports a crashed worker's Python stack and
+an uncaught exception's type (default ``true``)."""
+ELASTIC_OTEL_WORKER_REPORTS = "ELASTIC_OTEL_WORKER_REPORTS"
+"""Set by the agent for the worker start-up, removed by it from the worker's own environment
+(its children do not inherit it): ``1`` asks it to write its reports beside the worker's
+``TORCHELASTIC_ERROR_FILE``."""
+ELASTIC_OTEL_WORKER_PYTHONPATH = "ELASTIC_OTEL_WORKER_PYTHONPATH"
+"""Set by the agent beside the ``PYTHONPATH`` it prepends the start-up's directory to: the
+worker's ``PYTHONPATH`` without it (empty: unset), which the start-up puts back for the
+worker's children."""
+PYTHONPATH = "PYTHONPATH"
+TORCHELASTIC_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+"""torch's: where a worker's ``@record`` writes its error; the worker reports go beside it."""
+WORKER_FAULT_FILE = "elastic_otel_fault.log"
+"""The worker start-up's ``faulthandler`` output (a fatal signal's Python stacks), beside the
+worker's error file."""
+WORKER_ERROR_FILE = "elastic_otel_error.json"
+"""The worker start-up's record of an uncaught exception (type, message, traceback, time),
+beside the worker's error file."""
+
 # --- OTLP JSON file exporters (elastic_otel.emit.otlp_json) ---------------------------------------
 
 ELASTIC_OTEL_OTLP_JSON_FILE = "ELASTIC_OTEL_OTLP_JSON_FILE"

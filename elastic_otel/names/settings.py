@@ -44,6 +44,7 @@ from elastic_otel.names.environment_variables import (
     ELASTIC_OTEL_RETRY_QUEUE_SIZE,
     ELASTIC_OTEL_STALL_AFTER,
     ELASTIC_OTEL_TRACES,
+    ELASTIC_OTEL_WORKER_STARTUP,
     env_flag,
     env_float,
     env_int,
@@ -84,6 +85,8 @@ class Settings:
     """``ELASTIC_OTEL_FORK_GUARD``."""
     raw_limit: int = DEFAULT_RAW_LIMIT
     """``ELASTIC_OTEL_RAW_LIMIT``: characters of unparseable input kept."""
+    worker_startup: bool = True
+    """``ELASTIC_OTEL_WORKER_STARTUP``: the worker-side start-up the instrumented agent arranges."""
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -105,4 +108,5 @@ class Settings:
             stall_after_s=env_float(ELASTIC_OTEL_STALL_AFTER, DEFAULT_STALL_AFTER_S),
             fork_guard=env_flag(ELASTIC_OTEL_FORK_GUARD, True),
             raw_limit=env_int(ELASTIC_OTEL_RAW_LIMIT, DEFAULT_RAW_LIMIT),
+            worker_startup=env_flag(ELASTIC_OTEL_WORKER_STARTUP, True),
         )

@@ -59,6 +59,8 @@ class WorkerState(str, Enum):
     """Its group was restarted after a failure (a START with higher ``agent_restarts``)."""
     RESTARTED = "RESTARTED"
     """Its group was restarted for a membership change (a START of a rank still running)."""
+    PEER_FAILED = "PEER_FAILED"
+    """It failed because a peer died (its collective lost the peer): a victim, not a cause."""
 
     def __str__(self) -> str:
         return self.value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -12,8 +13,10 @@ from pathlib import Path
 import pytest
 from otlp_receiver import OtlpReceiver
 
+from elastic_otel.cli.demo import ProgressFollower
 from elastic_otel.cli.otlp_json_reader import read_otlp_json
 from elastic_otel.names import attributes as A
+from elastic_otel.names.torch_names import STATUS_PREFIX
 
 SCRIPT = Path(sys.executable).with_name("elastic-otel")
 CLI = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "elastic_otel.cli"]
@@ -77,9 +80,13 @@ def test_demo_runs_a_job_with_a_failure_and_a_restart(tmp_path: Path) -> None:
     # Progress while the job ran.
     assert "agent 0: joined rendezvous round 0" in text
     assert "agent 1: joined rendezvous round 0" in text
-    assert re.search(r"agent \d: worker rank 1 FAILED", text)
+    assert re.search(r"agent \d: worker rank 1 FAILED: RuntimeError: injected failure", text)
     assert re.search(r"agent \d: worker rank 0 STOPPED: stopped by the agent", text)
     assert "joined rendezvous round 1" in text and "job SUCCEEDED" in text
+    # each worker end once, though the agent's monitor and torch's late event both report it
+    for rank in (0, 1):
+        assert len(re.findall(rf"agent \d: worker rank {rank} SUCCEEDED\n", text)) == 1, text
+    assert len(re.findall(r"agent \d: worker rank 1 FAILED", text)) == 1
 
     # The timeline: both nodes in both rounds, the failure in round 0, the restart in round 1.
     pids = set(re.findall(r"localhost pid (\d+)", text))
@@ -95,11 +102,25 @@ def test_demo_runs_a_job_with_a_failure_and_a_restart(tmp_path: Path) -> None:
     assert "job succeeded" in second[0]
     assert sum("SUCCEEDED" in line and " rank " in line for line in second) == 2
 
-    # The summary: what the restart cost, phase by phase, on each node.
-    assert f"SUMMARY · run {run_id} · wall " in text and "2 restarts cost " in text
-    restarts = [line for line in text.splitlines() if line.startswith("  restart at +")]
-    assert len(restarts) == 2 and any("worker_failure" in line for line in restarts)
-    for line in restarts:
+    # The root cause below round 0's table, across nodes.
+    root = re.search(
+        r"\n  ROOT CAUSE at \+[\d.]+s: global rank 1 RuntimeError on localhost pid (\d+)"
+        r" \(exit code 1\): injected failure on rank 1 \(restart 0\)\n",
+        text,
+    )
+    assert root and root.group(1) in pids, text
+
+    # The summary: one job restart for both nodes, what it cost, each node's recovery phase by
+    # phase.
+    assert f"SUMMARY · run {run_id} · wall " in text and " · 1 restart cost " in text
+    assert re.search(
+        r"\n  at \+[\d.]+s in round 0 · 1 failure: global rank 1 RuntimeError on localhost pid"
+        r" \d+ → restart, cost [\d.]+s\n",
+        text,
+    )
+    recoveries = [line for line in text.splitlines() if line.startswith("    recovery on ")]
+    assert len(recoveries) == 2 and any("worker_failure" in line for line in recoveries)
+    for line in recoveries:
         assert all(f"{p} " in line for p in ("stop_workers", "rendezvous", "start_workers"))
         assert "training resumed after" in line
 
@@ -185,6 +206,94 @@ def test_timeout_stops_the_job_and_fails(tmp_path: Path) -> None:
         "elastic-otel: error: the demo job did not succeed (see the agents' logs above)\n"
     )
     assert job_processes(run_id_of(done.stdout)) == []
+
+
+def kvs(attrs: dict) -> list[dict]:
+    """Attributes as OTLP/JSON key-values."""
+    kind = {str: "stringValue", int: "intValue", bool: "boolValue"}
+    return [{"key": k, "value": {kind[type(v)]: v}} for k, v in attrs.items()]
+
+
+def otlp_json_line(instance: str, logs: list[dict], spans: list[dict]) -> str:
+    """One line of the file the agents' bridges write: spans and log records of a process."""
+    resource = {"attributes": kvs({"service.instance.id": instance})}
+    scope = {"name": "elastic_otel"}
+    spans = [{**span, "attributes": kvs(span["attributes"])} for span in spans]
+    logs = [{**record, "attributes": kvs(record["attributes"])} for record in logs]
+    return json.dumps(
+        {
+            "resourceLogs": [
+                {"resource": resource, "scopeLogs": [{"scope": scope, "logRecords": logs}]}
+            ],
+            "resourceSpans": [
+                {"resource": resource, "scopeSpans": [{"scope": scope, "spans": spans}]}
+            ],
+        }
+    )
+
+
+def worker_status(
+    state: str, rank: int, span_id: str, at: int, monitor: bool = False, **extra: str
+) -> dict:
+    attrs = {
+        A.EVENT_SOURCE: A.SOURCE_WORKER,
+        A.GLOBAL_RANK: rank,
+        A.STATE: state,
+        A.AGENT_RESTARTS: 0,
+        A.PROCESS_PID: 4242,
+        **extra,
+    }
+    if monitor:
+        attrs[A.OBSERVED_BY] = "monitor_workers"
+    return {
+        "timeUnixNano": str(at),
+        "severityNumber": 17 if state == "FAILED" else 9,
+        "body": {"stringValue": STATUS_PREFIX + state},
+        "eventName": STATUS_PREFIX + state,
+        "attributes": attrs,
+        "traceId": "0a" * 16,
+        "spanId": span_id,
+    }
+
+
+def test_progress_tells_each_worker_end_once(tmp_path: Path) -> None:
+    """The agent's monitor reports a worker's end first, torch's own event repeats it after the
+    exit barrier: both are log records of the worker's span; the demo prints one line."""
+    out = tmp_path / "demo.jsonl"
+    stopped = {
+        "traceId": "0a" * 16,
+        "spanId": "c" * 16,
+        "name": A.SPAN_WORKER,
+        "startTimeUnixNano": "1",
+        "endTimeUnixNano": "40",
+        "attributes": {
+            A.GLOBAL_RANK: 2,
+            A.STATE: "STOPPED",
+            A.END_REASON: "stopped by the agent after global rank 1 failed",
+        },
+    }
+    error = {A.EXCEPTION_TYPE: "RuntimeError", A.EXCEPTION_MESSAGE: "boom"}
+    early = [
+        worker_status("START", 0, "a" * 16, 10),
+        worker_status("FAILED", 1, "b" * 16, 30, monitor=True, **error),
+        worker_status("STOPPED", 2, "c" * 16, 40, monitor=True),
+        worker_status("SUCCEEDED", 0, "a" * 16, 50, monitor=True),
+    ]
+    late = [
+        worker_status("FAILED", 1, "b" * 16, 60, **error),
+        worker_status("SUCCEEDED", 0, "a" * 16, 70),
+    ]
+    follower = ProgressFollower(out, {4242: 0})
+    out.write_text(otlp_json_line("agent-0", early, [stopped]) + "\n")
+    assert follower.poll() == [
+        "agent 0: started worker rank 0",
+        "agent 0: worker rank 1 FAILED: RuntimeError: boom",
+        "agent 0: worker rank 2 STOPPED: stopped by the agent after global rank 1 failed",
+        "agent 0: worker rank 0 SUCCEEDED",
+    ]
+    with out.open("a") as f:  # torch's late events, and the STOPPED span once more
+        f.write(otlp_json_line("agent-0", late, [stopped]) + "\n")
+    assert follower.poll() == []
 
 
 def test_help_for_every_command() -> None:

@@ -731,6 +731,7 @@ def test_dashboard_metric_names_are_the_ones_the_bridge_exports():
     joined = " ".join(queries)
     assert _prometheus_name("elastic_otel.dropped", "counter", "{record}") in joined
     assert _prometheus_name("elastic_otel.export.pending", "gauge", "{record}") in joined
+    assert _prometheus_name(A.METRIC_WORKER_FAILURES, "counter", "{failure}") in joined
 
 
 # --------------------------------------------------------------------------- README

@@ -111,7 +111,8 @@ def test_a_log_record_carries_its_span_and_the_event(sdk: Sdk) -> None:
     assert record.trace_flags is not None and record.trace_flags.sampled
     assert record.severity_text == "ERROR" and record.severity_number is not None
     assert record.severity_number.value == 17
-    assert record.body == "torchelastic.worker.status.FAILED"
+    # a worker's failure reads as its whole traceback; the event's name says what it is
+    assert record.body == "Traceback (most recent call last):\nRuntimeError: boom"
     assert record.event_name == "torchelastic.worker.status.FAILED"
     assert record.timestamp == record.observed_timestamp == 1_700_000_000_000_000_000
     assert record.attributes is not None
@@ -228,7 +229,7 @@ def test_log_strings_are_clipped_and_made_encodable(monkeypatch: pytest.MonkeyPa
     assert record.attributes["torchelastic.bad"] == "a?b"
     assert record.attributes["torchelastic.k?"] == 1
     assert record.attributes[A.GLOBAL_RANK] == 1  # numbers untouched
-    assert record.body == "b" * 10
+    assert record.body == "Traceback "  # a failure's body is its traceback, clipped likewise
     encoded_log(readable)  # nothing dropped on the way to the wire
 
 

@@ -256,7 +256,8 @@ def test_failed_worker_every_field(as_dict: bool) -> None:
     assert all(v is not None for v in a.values())
 
     log = to_log(parsed)
-    assert log.body == log.event_name == "torchelastic.worker.status.FAILED"
+    assert log.event_name == "torchelastic.worker.status.FAILED"
+    assert log.body == a[A.EXCEPTION_STACKTRACE]  # the whole traceback
     assert (log.severity_number, log.severity_text) == (17, "ERROR")
     assert log.time_ns == CREATED_NS  # torch's agent events carry timestamp 0
 

@@ -73,10 +73,12 @@ def test_numbers_a_user_reads() -> None:
     assert (
         "wall 20.000s · in rendezvous 6.000s · workers ran 16.000s · 1 restart cost 5.500s" in text
     )
+    # a failure restart with no failed worker in sight (these workers have no state)
+    assert "  at +6.500s · worker failure → restart, cost 5.500s\n" in text
     assert (
-        "restart at +6.500s on h pid 2: worker_failure, 3.000s (noticed 0.5s after the failure): "
-        "stop_workers 0.500s, rendezvous 2.000s, start_workers 0.500s; training resumed after "
-        "5.500s" in text
+        "    recovery on h pid 2 at +6.500s: worker_failure, 3.000s (noticed 0.5s after the "
+        "failure): stop_workers 0.500s, rendezvous 2.000s, start_workers 0.500s; training "
+        "resumed after 5.500s" in text
     )
     assert "round 0: last to join h pid 2, 3.000s after the node before" in text
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import captured_events
@@ -310,6 +311,31 @@ def console_errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
 
 
+PROBE = """<script>
+  document.body.setAttribute("data-probe", JSON.stringify({
+    scrollWidth: document.documentElement.scrollWidth,
+    innerWidth: window.innerWidth,
+    phases: Array.from(document.querySelectorAll(".track .bar.phase")).map(function (b) {
+      return [b.className, b.textContent, b.getBoundingClientRect().width];
+    }),
+    summaryRight: document.getElementById("run-summary").getBoundingClientRect().right
+  }));
+</script></body>"""
+
+
+def probe(page_html: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
+    """The page in headless Chromium at 1400 x 900: what the probe script measured, the DOM."""
+    page = tmp_path / "probe.html"
+    page.write_text(page_html.replace("</body>", PROBE))
+    dom = chromium(page, tmp_path, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert 'data-rendered="true"' in dom.stdout and 'class="js-error"' not in dom.stdout
+    assert not console_errors(dom.stderr)
+    found = re.search(r'data-probe="([^"]*)"', dom.stdout)
+    assert found is not None, dom.stdout[-2000:]
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&")), dom.stdout
+
+
 @needs_chromium
 def test_html_renders_every_node_without_errors(recorded: Path, tmp_path: Path) -> None:
     timeline = build_timeline(*read(recorded))
@@ -332,6 +358,12 @@ def test_html_renders_every_node_without_errors(recorded: Path, tmp_path: Path) 
     assert dom.stdout.count('class="restart-line"') == 1
     assert dom.stdout.count('class="agent-end SUCCEEDED"') == 2
     assert "worker replaced after a failure" in dom.stdout  # the legend
+
+    # The page fits a 1400-pixel window: nothing is cut off at the right (the summary was a
+    # preformatted block wider than that).
+    measured, _ = probe(page.read_text(), tmp_path)
+    assert measured["innerWidth"] == 1400
+    assert measured["scrollWidth"] <= measured["innerWidth"], measured
 
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "timeline.png"

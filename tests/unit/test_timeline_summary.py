@@ -131,7 +131,14 @@ def test_the_summary_says_what_each_restart_cost() -> None:
         2300 * MS,
         6000 * MS,
     )
-    assert run.lost_ns == 6500 * MS  # the two nodes recovered side by side
+    # The two nodes' recoveries are one job restart: from the failure (9 s, before either
+    # node noticed) to training resumed (16 s), not 6.5 s + 6 s.
+    [restart] = run.restarts
+    assert restart.recoveries == [b, a] and restart.round == 1
+    assert restart.failure is not None and restart.failure.root is not None
+    assert (restart.failure.root.global_rank, restart.failure.root.host) == (1, "gpu-b pid 200")
+    assert (restart.start_ns, restart.cost_ns) == (BASE + 9000 * MS, 7000 * MS)
+    assert run.lost_ns == 7000 * MS
     assert [(h.round, h.node, h.held_ns) for h in run.hold_ups] == [
         (0, "gpu-b pid 200", 3000 * MS),
         (1, "gpu-a pid 100", 400 * MS),
@@ -140,26 +147,42 @@ def test_the_summary_says_what_each_restart_cost() -> None:
     assert not [s for r in timeline.rounds for n in r.nodes for s in n.steps]
 
     text = render_text(timeline)
+    recovery_b = (
+        "worker_failure, 3.000s (noticed 0.5s after the failure): stop_workers 0.500s,"
+        " rendezvous 2.000s, assign_worker_ranks 0.100s, start_workers 0.400s; training resumed"
+        " after 6.500s"
+    )
+    recovery_a = (
+        "membership_change, 2.300s: stop_workers 0.400s, rendezvous 1.600s,"
+        " assign_worker_ranks 0.050s, start_workers 0.250s; training resumed after 6.000s"
+    )
     expected = [
         "SUMMARY · run job · wall 30.500s · in rendezvous 5.200s · workers ran 23.700s"
-        " · 2 restarts cost 6.500s",
-        "  restart at +9.500s on gpu-b pid 200: worker_failure, 3.000s (noticed 0.5s after the"
-        " failure): stop_workers 0.500s, rendezvous 2.000s, assign_worker_ranks 0.100s,"
-        " start_workers 0.400s; training resumed after 6.500s",
-        "  restart at +10.000s on gpu-a pid 100: membership_change, 2.300s: stop_workers 0.400s,"
-        " rendezvous 1.600s, assign_worker_ranks 0.050s, start_workers 0.250s; training resumed"
-        " after 6.000s",
+        " · 1 restart cost 7.000s",
+        "  at +9.000s in round 0 · 1 failure: global rank 1 on gpu-b pid 200 → restart,"
+        " cost 7.000s",
+        f"    recovery on gpu-b pid 200 at +9.500s: {recovery_b}",
+        f"    recovery on gpu-a pid 100 at +10.000s: {recovery_a}",
         "  round 0: last to join gpu-b pid 200, 3.000s after the node before",
         "  round 1: last to join gpu-a pid 100, 0.400s after the node before",
     ]
     lines = text.splitlines()
     assert lines[2 : 2 + len(expected)] == expected  # right after the heading, before the rounds
     assert text.index("SUMMARY") < text.index("ROUND 0") < text.index("ROUND 1")
+    # an export without failure kinds: the ERROR FAILED worker is the root cause
+    assert "\n  ROOT CAUSE at +9.000s: global rank 1 on gpu-b pid 200\n" in text
 
     page = render_html(timeline)
     summary = page[page.index('<section id="run-summary">') : page.index("</section>")]
-    for line in expected:
-        assert line.strip() in summary
+    for cell in (
+        "<td>job</td><td>30.500s</td><td>5.200s</td><td>23.700s</td><td>1</td><td>7.000s</td>",
+        '<b class="root-cause">global rank 1 on gpu-b pid 200</b>',
+        'restart, cost <b class="cost">7.000s</b>',
+        f"<b>gpu-b pid 200</b> at +9.500s: {recovery_b}",
+        f"<b>gpu-a pid 100</b> at +10.000s: {recovery_a}",
+        "<tr><td>1</td><td>gpu-a pid 100</td><td>0.400s</td></tr>",
+    ):
+        assert cell in summary
 
 
 def test_without_recoveries_or_attributes_nothing_crashes() -> None:
@@ -198,8 +221,10 @@ def test_without_recoveries_or_attributes_nothing_crashes() -> None:
     [rec] = run.recoveries
     assert (rec.node, rec.cause, rec.phases, rec.resumed_ns) == ("?", "unknown", [], None)
     assert [(h.round, h.node) for h in run.hold_ups] == [(None, "?")]
-    assert "restart at +0.000s on ?: unknown, 0.010s" in render_text(timeline)
-    assert "restart at +0.000s on ?: unknown" in render_html(timeline)
+    text = render_text(timeline)
+    assert "  at +0.000s · cause unknown → restart, cost 0.010s\n" in text
+    assert "    recovery on ? at +0.000s: unknown, 0.010s\n" in text
+    assert "<b>?</b> at +0.000s: unknown, 0.010s" in render_html(timeline)
     assert build_timeline([]).runs == []
     assert "no rendezvous" in render_text(build_timeline([]))
     assert "run-summary" in render_html(build_timeline([]))

@@ -3,11 +3,16 @@
 Each rendezvous round lists its nodes (``host.name`` + ``process.pid`` + ``local_id`` of the
 ``rendezvous.join`` / ``rendezvous.member`` spans) in join order, with when they started to
 join, how long they waited, their rank and the world size, and below each node its workers
-(``worker`` spans: global rank, final state, exit code, error). Failures and restarts are
-spelled out. Without rendezvous spans (a replayed ``console`` log has none) rounds fall back
-to the traces the agents' events produced, and nodes to the emitting process. Above the
-rounds, a summary per run says where the job's time went and what each restart cost
-(:mod:`elastic_otel.cli.timeline.summary`).
+(``worker`` spans: global rank, final state, exit code, error). Below a round that failed, its
+root cause across nodes: the earliest worker that failed on its own (global rank, host, error
+type, exit code, OOM kill, message), then, each with its delay after it, the workers on any
+node that died of it (peer failures, workers their agent stopped) and any other worker that
+failed on its own (an independent failure); :func:`~elastic_otel.cli.timeline.summary.failures`
+is the analysis. Each node's recovery into a round (``agent.recovery`` and its phases) is kept
+on the node's row, for the HTML page to draw. Without rendezvous spans (a replayed ``console``
+log has none) rounds fall back to the traces the agents' events produced, and nodes to the
+emitting process. Above the rounds, a summary per run says where the job's time went and what
+each failure and job restart cost (:mod:`elastic_otel.cli.timeline.summary`).
 
 :func:`build_timeline` builds the model, :func:`render_text` the terminal table;
 :mod:`elastic_otel.cli.timeline.html` renders the same model as one HTML page.
@@ -24,19 +29,26 @@ from typing import Any
 
 from elastic_otel.cli.otlp_json_reader import OtlpJsonError, decode_line
 from elastic_otel.cli.timeline.summary import (
+    Failure,
+    Recovery,
     RunSummary,
+    consequence_text,
+    error_message,
     instance_id,
     node_name,
     render_summary,
+    root_cause_line,
     summarize,
 )
 from elastic_otel.model.snapshots import HEARTBEAT
 from elastic_otel.names import attributes as A
-from elastic_otel.names.torch_names import STATUS_PREFIX
+from elastic_otel.names.torch_names import STATUS_PREFIX, WorkerState
 
 Item = dict[str, Any]
 
-FAILURE_STATES = frozenset({"FAILED", "UNHEALTHY"})
+FAILURE_STATES = frozenset(
+    {WorkerState.FAILED.value, WorkerState.UNHEALTHY.value, WorkerState.PEER_FAILED.value}
+)
 LOST = "LOST"
 """Worker states drawn as failures (``REPLACED`` counts too when its span has ERROR status)."""
 
@@ -69,6 +81,8 @@ class WorkerRow:
     error: bool = False
     restarts: int | None = None
     pid: int | None = None
+    span_id: str = ""
+    trace_id: str = ""
 
     @property
     def failed(self) -> bool:
@@ -91,6 +105,7 @@ class NodeRow:
     agent_end_ns: int | None = None
     agent_message: str = ""
     lost_ns: int | None = None  # its process was lost; last heard at this time
+    recoveries: list[Recovery] = field(default_factory=list)  # its agent's, into this round
 
     @property
     def first_ns(self) -> int:
@@ -112,6 +127,7 @@ class Round:
     world_size: int | None = None
     restart_note: str = ""  # why this round exists: a restart after a failure, a new member
     outcome: str = ""
+    failure: Failure | None = None  # its root cause and the failures that followed it
 
     @property
     def start_ns(self) -> int:
@@ -167,13 +183,23 @@ def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline
     others = [s for s in spans if s["name"] in _ROW_SPANS and s["parent_span_id"] not in recoveries]
     for span in sorted(others, key=lambda s: s["start_ns"]):
         builder.add_agent_span(span)
+    runs = summarize(spans)
+    # After the agents' spans: a round's label comes from its workers, not from a recovery.
+    recovery_of = {r.span_id: r for run in runs for r in run.recoveries}
+    for span in spans:
+        if span["span_id"] in recovery_of and span["name"] == A.SPAN_AGENT_RECOVERY:
+            builder.add_recovery(span, recovery_of[span["span_id"]])
     rounds = builder.finish()
+    failures = {f.trace_id: f for run in runs for f in run.failures}
+    for rnd in rounds:
+        traces = {w.trace_id for n in rnd.nodes for w in n.workers}
+        rnd.failure = next((failures[t] for t in sorted(traces) if t in failures), None)
     times = [s["start_ns"] for s in spans] + [s["end_ns"] for s in spans]
     times += [r["time_ns"] for r in logs if r.get("time_ns")]
     times = [t for t in times if t]
     timeline = Timeline(rounds, min(times, default=0), max(times, default=0))
     timeline.errors = _errors(logs, builder)
-    timeline.runs = summarize(spans)
+    timeline.runs = runs
     return timeline
 
 
@@ -285,9 +311,20 @@ class _Builder:
         elif name == "agent.run":
             row.agent_state = str(attrs.get(A.STATE, "")) or span["status_code"]
             row.agent_end_ns = span["end_ns"]
-            row.agent_message = _error_message(span)
+            row.agent_message = error_message(span)
         if row.rank is None and attrs.get(A.RANK) is not None:
             row.rank = _int(attrs.get(A.RANK))
+
+    def add_recovery(self, span: Item, recovery: Recovery) -> None:
+        """On the row of its node in the round it leads to (its trace's): by process, not by
+        rank, since a restart may hand the node another rank."""
+        round_key = self.trace_round.get(span["trace_id"])
+        node_key = self.instance_node.get(instance_id(span))
+        rows = self.nodes.get(round_key, {}) if round_key is not None else {}
+        row = rows.get(node_key) if node_key is not None else None
+        if row is None:
+            row = self._unparented_row(span, str(span["attributes"].get(A.RUN_ID, "")))
+        row.recoveries.append(recovery)
 
     def _unparented_row(self, span: Item, run_id: str) -> NodeRow:
         """agent.run, or spans of a source without rendezvous events."""
@@ -379,23 +416,13 @@ def _worker(span: Item) -> WorkerRow:
         start_ns=span["start_ns"],
         end_ns=span["end_ns"],
         exit_code=_int(attrs.get(A.EXIT_CODE)),
-        message=_error_message(span) or str(attrs.get(A.END_REASON, "")),
+        message=error_message(span) or str(attrs.get(A.END_REASON, "")),
         error=span["status_code"] == "ERROR",
         restarts=_int(attrs.get(A.AGENT_RESTARTS)),
         pid=_int(attrs.get(A.WORKER_PID)),
+        span_id=span["span_id"],
+        trace_id=span["trace_id"],
     )
-
-
-def _error_message(span: Item) -> str:
-    for event in span.get("events", ()):
-        if event["name"] == "exception":
-            a = event["attributes"]
-            kind, msg = str(a.get(A.EXCEPTION_TYPE, "")), str(a.get(A.EXCEPTION_MESSAGE, ""))
-            if kind or msg:
-                return f"{kind}: {msg}" if kind and msg else kind or msg
-    if span["status_code"] == "ERROR":
-        return str(span.get("status_message", ""))
-    return ""
 
 
 def _errors(logs: list[Item], builder: _Builder) -> list[ErrorNote]:
@@ -411,6 +438,8 @@ def _errors(logs: list[Item], builder: _Builder) -> list[ErrorNote]:
         elif source == A.SOURCE_AGENT:
             where += " agent"
         message = str(record.get("body", ""))
+        if "\n" in message:  # a worker's whole traceback: its exception below says it in a line
+            message = str(record.get("event_name", "")) or message.strip().splitlines()[-1]
         if message.startswith(STATUS_PREFIX):
             message = message[len(STATUS_PREFIX) :]
         error = ": ".join(
@@ -539,11 +568,29 @@ def render_text(timeline: Timeline, color: bool = False) -> str:
                 code = _RED if w.failed else (_YELLOW if w.state == "RESTARTED" else "")
                 rows.append((cells, code))
         lines += ["  " + line for line in _table(rows, paint)]
+        if rnd.failure is not None:
+            lines += ["", *("  " + line for line in failure_lines(rnd.failure, rel, paint))]
     if timeline.errors:
         lines += ["", paint("ERRORS", _BOLD)]
         for note in timeline.errors:
             lines.append(f"  {rel(note.time_ns)}  {note.where}: {paint(note.message, _RED)}")
     return "\n".join(lines) + "\n"
+
+
+def failure_lines(failure: Failure, rel: Any, paint: Any = lambda text, code: text) -> list[str]:
+    """A failed round's root cause, then what followed it on every node, by delay."""
+    root = failure.root
+    if root is None:
+        lines = [paint("ROOT CAUSE not seen: no worker failed on its own; these ended after", _RED)]
+        rest = failure.consequences
+    else:
+        lines = [paint(f"ROOT CAUSE at {rel(root.end_ns)}: {root_cause_line(root)}", _RED)]
+        rest = failure.after_root()
+    for worker in rest:
+        when = "" if root is not None else f"at {rel(worker.end_ns)} "
+        text = f"  {when}{consequence_text(failure, worker)}"
+        lines.append(paint(text, _RED) if worker.kind == A.KIND_ROOT_CAUSE else text)
+    return lines
 
 
 def _node_detail(node: NodeRow, rel: Any) -> str:

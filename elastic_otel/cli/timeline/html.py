@@ -1,10 +1,18 @@
 """The timeline as one self-contained HTML page: a Gantt chart, inline CSS and JS, no network.
 
-Rows are nodes in join order, grouped by round, each followed by its workers. Bars are the
-join wait, the time in the round, the agent's rendezvous steps and each worker run; failures
-are red, restarts are marked on the time axis, and hovering a bar shows its details. The data
-is embedded as JSON and drawn by the script; script errors are written into the page
-(``#js-errors``) so that they are visible, also to a headless browser's ``--dump-dom``.
+Above the chart, the per-run summary as tables that wrap to the page's width (a 1400-pixel
+window shows all of it): the run's totals; each failure with its root cause across nodes, the
+workers that failed after it with their delays, the job restart it led to and its cost, and
+each node's recovery phase by phase; the nodes that held a round up.
+
+Rows are nodes in join order, grouped by round, each followed by its recoveries into the round
+and its workers. Bars are the join wait, the time in the round, the agent's rendezvous steps,
+each recovery with its phases as labelled segments (stop workers, rendezvous, assign ranks,
+start workers), and each worker run; failures are red (a peer's failure hatched), the root cause
+is named on its round and its worker, restarts are marked on the time axis, and hovering a bar
+shows its details. The chart's data is embedded as JSON and drawn by the script; script errors
+are written into the page (``#js-errors``) so that they are visible, also to a headless
+browser's ``--dump-dom``.
 """
 
 from __future__ import annotations
@@ -13,8 +21,24 @@ import html
 import json
 from typing import Any
 
-from elastic_otel.cli.timeline.build import Bar, NodeRow, Timeline, WorkerRow
-from elastic_otel.cli.timeline.summary import render_summary
+from elastic_otel.cli.timeline.build import Bar, NodeRow, Round, Timeline, WorkerRow
+from elastic_otel.cli.timeline.summary import (
+    Failure,
+    Recovery,
+    Restart,
+    RunSummary,
+    cause_facts,
+    cause_text,
+    consequence_text,
+    delay,
+    ending_text,
+    failure_text,
+    happenings,
+    recovery_text,
+    restart_reason,
+    seconds,
+)
+from elastic_otel.names import attributes as A
 
 
 def render_html(timeline: Timeline, title: str = "elastic-otel timeline") -> str:
@@ -22,14 +46,134 @@ def render_html(timeline: Timeline, title: str = "elastic-otel timeline") -> str
     payload = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     t0 = timeline.t0_ns
-    runs = render_summary(timeline.runs, lambda ns: f"+{(ns - t0) / 1e9:.3f}s")
+    runs = summary_html(timeline.runs, lambda ns: f"+{(ns - t0) / 1e9:.3f}s")
     return (
         _PAGE.replace("__TITLE__", html.escape(title))
-        .replace("__RUNS__", html.escape("\n".join(runs)))
+        .replace("__RUNS__", runs)
         .replace("__CSS__", _CSS)
         .replace("__DATA__", payload)
         .replace("__JS__", _JS)
     )
+
+
+def summary_html(runs: list[RunSummary], rel: Any) -> str:
+    """The per-run summary as tables; ``rel`` formats a time relative to the timeline's start."""
+    if not runs:
+        return ""
+    e = html.escape
+    out = [
+        "<h2>Summary</h2>",
+        '<table class="totals"><thead><tr><th>Run</th><th>Wall</th><th>In rendezvous</th>'
+        "<th>Workers ran</th><th>Job restarts</th><th>Restarts cost</th></tr></thead><tbody>",
+    ]
+    for run in runs:
+        out.append(
+            f"<tr><td>{e(run.run_id)}</td><td>{seconds(run.wall_ns)}</td>"
+            f"<td>{seconds(run.rendezvous_ns)}</td><td>{seconds(run.workers_ns)}</td>"
+            f"<td>{len(run.restarts)}</td><td>{seconds(run.lost_ns)}</td></tr>"
+        )
+    out.append("</tbody></table>")
+    for run in runs:
+        rows = [_happening_row(run, f, r, rel) for f, r in happenings(run)]
+        if rows:
+            out += [
+                f'<table class="failures"><caption>Failures and restarts · run {e(run.run_id)}'
+                '</caption><colgroup><col class="c-at"><col class="c-round"><col class="c-cause">'
+                '<col class="c-then"><col class="c-outcome"><col class="c-recovery"></colgroup>'
+                "<thead><tr><th>At</th><th>Round</th><th>Root cause</th><th>Then</th>"
+                "<th>Outcome</th><th>Recovery per node</th></tr></thead><tbody>",
+                *rows,
+                "</tbody></table>",
+            ]
+        if run.hold_ups:
+            out.append(
+                f'<table class="hold-ups"><caption>Who held a round up · run {e(run.run_id)}'
+                "</caption><thead><tr><th>Round</th><th>Last to join</th>"
+                "<th>After the node before</th></tr></thead><tbody>"
+            )
+            for h in run.hold_ups:
+                number = "?" if h.round is None else str(h.round)
+                out.append(
+                    f"<tr><td>{number}</td><td>{e(h.node)}</td><td>{seconds(h.held_ns)}</td></tr>"
+                )
+            out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def _happening_row(
+    run: RunSummary, failure: Failure | None, restart: Restart | None, rel: Any
+) -> str:
+    """A failure (its root cause, what followed) and the restart it led to, or a restart."""
+    e = html.escape
+    cause, then = "", ""
+    if failure is not None:
+        at = failure.time_ns
+        number = "" if failure.round is None else str(failure.round)
+        cause = _cause_cell(failure)
+        items = failure.after_root() if failure.root is not None else failure.consequences
+        then = "".join(
+            f'<li class="{e(w.kind)}">{e(consequence_text(failure, w))}</li>' for w in items
+        )
+        then = f"<ul>{then}</ul>" if then else ""
+    elif restart is not None:
+        at, number = restart.start_ns, "" if restart.round is None else f"→ {restart.round}"
+        cause = e(restart_reason(restart))
+    else:
+        return ""
+    if restart is not None:
+        outcome = f'restart, cost <b class="cost">{seconds(restart.cost_ns)}</b>'
+        recoveries = "".join(f"<li>{_recovery_item(r, rel)}</li>" for r in restart.recoveries)
+        recoveries = f"<ul>{recoveries}</ul>"
+    else:
+        outcome = e(ending_text(run, failure)) if failure is not None else ""
+        recoveries = ""
+    return (
+        f"<tr><td>{e(rel(at))}</td><td>{e(number)}</td><td>{cause}</td><td>{then}</td>"
+        f"<td>{outcome}</td><td>{recoveries}</td></tr>"
+    )
+
+
+def _cause_cell(failure: Failure) -> str:
+    e = html.escape
+    root = failure.root
+    if root is None:
+        return "<i>not seen: no worker failed on its own</i>"
+    parts = [f'<b class="root-cause">{e(cause_text(root))}</b>']
+    facts = cause_facts(root)
+    if facts:
+        parts.append(f'<div class="facts">{e(" · ".join(facts))}</div>')
+    if root.message:
+        parts.append(f'<div class="message">{e(root.message)}</div>')
+    if len(failure.roots) > 1:  # named in the next column, in order of time
+        parts.append(f'<div class="independent">{e(failure_text(failure))}</div>')
+    return "".join(parts)
+
+
+def _recovery_item(r: Recovery, rel: Any) -> str:
+    e = html.escape
+    return f"<b>{e(r.node)}</b> at {e(rel(r.start_ns))}: {e(recovery_text(r))}"
+
+
+def _roles(rnd: Round) -> dict[str, tuple[str, str]]:
+    """Worker span id → (role, note) in its round's failure: the root cause, another worker
+    that failed on its own, or one that died of it (and how long after)."""
+    failure = rnd.failure
+    if failure is None:
+        return {}
+    roles = {}
+    root = failure.root
+    if root is not None:
+        roles[root.span_id] = ("root", f"root cause of {rnd.label}")
+    for w in failure.roots[1:] + failure.consequences:
+        role = "independent" if w.kind == A.KIND_ROOT_CAUSE else "consequence"
+        if root is None:
+            note = "ended after a peer's failure; no root cause seen"
+        else:
+            what = "failed on its own" if role == "independent" else "ended"
+            note = f"{what} {delay(failure.delay_ns(w))} after the root cause, global rank "
+            note += root.rank
+        roles[w.span_id] = (role, note)
+    return roles
 
 
 def timeline_data(timeline: Timeline) -> dict[str, Any]:
@@ -38,6 +182,18 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
 
     def sec(ns: int | None) -> float | None:
         return None if ns is None else round((ns - t0) / 1e9, 6)
+
+    def recovery(r: Recovery) -> dict[str, Any]:
+        return {
+            "start": sec(r.start_ns),
+            "end": sec(r.end_ns),
+            "cause": r.cause,
+            "text": recovery_text(r),
+            "phases": [
+                {"name": name, "start": sec(start), "end": sec(end)}
+                for name, start, end in r.phase_times
+            ],
+        }
 
     def bar(b: Bar | None) -> dict[str, Any] | None:
         if b is None:
@@ -50,7 +206,8 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
             "detail": b.detail,
         }
 
-    def worker(w: WorkerRow) -> dict[str, Any]:
+    def worker(w: WorkerRow, roles: dict[str, tuple[str, str]]) -> dict[str, Any]:
+        role, note = roles.get(w.span_id, ("", ""))
         return {
             "rank": w.global_rank,
             "local_rank": w.local_rank,
@@ -62,9 +219,11 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
             "failed": w.failed,
             "restarts": w.restarts,
             "pid": w.pid,
+            "role": role,
+            "note": note,
         }
 
-    def node(n: NodeRow) -> dict[str, Any]:
+    def node(n: NodeRow, roles: dict[str, tuple[str, str]]) -> dict[str, Any]:
         return {
             "label": n.label,
             "rank": n.rank,
@@ -72,7 +231,8 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
             "join": bar(n.join),
             "member": bar(n.member),
             "steps": [bar(s) for s in n.steps],
-            "workers": [worker(w) for w in n.workers],
+            "workers": [worker(w, roles) for w in n.workers],
+            "recoveries": [recovery(r) for r in n.recoveries],
             "agent": (
                 {"state": n.agent_state, "end": sec(n.agent_end_ns), "message": n.agent_message}
                 if n.agent_state
@@ -94,7 +254,10 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
                 "outcome": r.outcome,
                 "failed": r.failed,
                 "start": sec(r.start_ns),
-                "nodes": [node(n) for n in r.nodes],
+                "root_cause": (
+                    cause_text(r.failure.root) if r.failure and r.failure.root else None
+                ),
+                "nodes": [node(n, _roles(r)) for n in r.nodes],
             }
             for r in timeline.rounds
         ],
@@ -130,7 +293,7 @@ window.onerror = function (message, source, line) {
   <div id="summary"></div>
 </header>
 <div id="js-errors"></div>
-<section id="run-summary"><pre>__RUNS__</pre></section>
+<section id="run-summary">__RUNS__</section>
 <div id="legend"></div>
 <main id="chart"><noscript>This timeline is drawn by JavaScript.</noscript></main>
 <section id="errors"></section>
@@ -202,6 +365,39 @@ header h1 { font-size: 18px; margin: 0 0 4px; }
 .restart-line { position: absolute; bottom: 0; border-left: 2px dashed #b45309; }
 #errors h2 { font-size: 15px; margin: 20px 0 6px; }
 #errors li { color: var(--fail); }
+#run-summary h2 { font-size: 15px; margin: 4px 0 6px; }
+#run-summary table { width: 100%; table-layout: fixed; border-collapse: collapse;
+  margin: 0 0 14px; }
+#run-summary caption { text-align: left; font-weight: 600; padding: 4px 0; }
+#run-summary th, #run-summary td { text-align: left; vertical-align: top; padding: 4px 8px;
+  border-bottom: 1px solid var(--grid); overflow-wrap: anywhere; }
+#run-summary th { background: #f5f7fa; color: #52606d; font-weight: 600; }
+#run-summary ul { margin: 0; padding-left: 16px; }
+#run-summary .root-cause, #run-summary .independent, #run-summary li.root_cause {
+  color: var(--fail); }
+#run-summary .facts, #run-summary .message { color: #52606d; }
+#run-summary .cost { color: #b45309; }
+.failures .c-at { width: 80px; }
+.failures .c-round { width: 64px; }
+.failures .c-cause { width: 21%; }
+.failures .c-then { width: 27%; }
+.failures .c-outcome { width: 130px; }
+.axis .track { overflow: hidden; }
+.round-head .root { color: var(--fail); font-weight: 600; }
+.worker.root .label { color: var(--fail); font-weight: 700; }
+.bar.root { box-shadow: 0 0 0 2px #7f1d1d; color: #fff; font-size: 10px; font-weight: 700;
+  line-height: 14px; padding-left: 4px; overflow: hidden; white-space: nowrap; }
+.bar.failed.PEER_FAILED { background: repeating-linear-gradient(135deg, #d64541 0 3px,
+  #f4b4b1 3px 6px); }
+.recovery .label { padding-left: 26px; color: #92400e; font-style: italic; }
+.bar.recovery { top: 3px; height: 16px; background: #fdf1dc; border: 1px dashed #b45309; }
+.bar.phase { top: 5px; height: 12px; color: #fff; font-size: 9px; line-height: 12px;
+  padding-left: 2px; overflow: hidden; white-space: nowrap; }
+.bar.phase.stop_workers { background: #c2410c; }
+.bar.phase.rendezvous { background: #ca8a04; }
+.bar.phase.assign_worker_ranks { background: #7e57c2; }
+.bar.phase.start_workers { background: #0f766e; }
+.bar.phase.other { background: #64748b; }
 #tooltip { position: fixed; z-index: 10; max-width: 460px; background: #1f2933; color: #fff;
   padding: 8px 10px; border-radius: 5px; font-size: 12px; pointer-events: none;
   box-shadow: 0 4px 14px rgba(0,0,0,.25); white-space: pre-line; }
@@ -214,6 +410,7 @@ _JS = r"""
   var data = JSON.parse(document.getElementById("timeline-data").textContent);
   var span = Math.max(data.duration, 0.001);
   var tooltip = document.getElementById("tooltip");
+  var PHASES = ["stop_workers", "rendezvous", "assign_worker_ranks", "start_workers"];
 
   function el(tag, cls, text) {
     var node = document.createElement(tag);
@@ -285,8 +482,13 @@ _JS = r"""
      ["RUNNING", "worker running / unknown end"],
      ["RESTARTED", "worker restarted (membership change)"],
      ["failed REPLACED", "worker replaced after a failure"], ["failed", "worker failed"],
+     ["failed PEER_FAILED", "worker failed because a peer did"],
      ["TERMINATED", "worker terminated"],
-     ["LOST", "node or worker lost: never ended, drawn to when last heard"]].forEach(function (k) {
+     ["LOST", "node or worker lost: never ended, drawn to when last heard"],
+     ["recovery", "recovery: its agent restarting the workers"],
+     ["phase stop_workers", "stop workers"], ["phase rendezvous", "rendezvous"],
+     ["phase assign_worker_ranks", "assign ranks"],
+     ["phase start_workers", "start workers"]].forEach(function (k) {
       var key = el("span", "key");
       var sw = el("span", "swatch bar " + k[0]);
       sw.style.position = "static";
@@ -348,10 +550,27 @@ _JS = r"""
       r.track.appendChild(m);
     }
     box.appendChild(r.row);
+    n.recoveries.forEach(function (rec) {
+      var rr = row("recovery", "recovery \u00b7 " + rec.cause);
+      bar(rr.track, "recovery", rec.start, rec.end, "recovery \u00b7 " + n.label,
+          [secs(rec.start) + " \u2192 " + secs(rec.end) + " (" + dur(rec.start, rec.end) + ")",
+           rec.text]);
+      rec.phases.forEach(function (p) {
+        var known = PHASES.indexOf(p.name) >= 0 ? p.name : "other";
+        var seg = bar(rr.track, "phase " + known, p.start, p.end,
+                      p.name + " \u00b7 " + n.label,
+                      [secs(p.start) + " \u2192 " + secs(p.end) + " (" + dur(p.start, p.end) + ")",
+                       "a phase of its recovery (" + rec.cause + ")"]);
+        seg.textContent = p.name.replace(/_/g, " ");
+      });
+      box.appendChild(rr.row);
+    });
     n.workers.forEach(function (w) {
       var rank = w.rank === null ? "?" : w.rank;
-      var wr = row("worker" + (w.failed ? " failed" : ""),
+      var role = w.role ? " " + w.role : "";
+      var wr = row("worker" + (w.failed ? " failed" : "") + role,
                    "worker rank " + rank + " \u00b7 " + w.state);
+      if (w.note) { wr.row.firstChild.title += " \u00b7 " + w.note; }
       var lines = [secs(w.start) + " \u2192 " + secs(w.end) + " (" + dur(w.start, w.end) + ")",
                    "node " + n.label + ", " + round.label];
       if (w.local_rank !== null) { lines.push("local rank " + w.local_rank); }
@@ -359,8 +578,10 @@ _JS = r"""
       if (w.pid !== null) { lines.push("pid " + w.pid); }
       if (w.restarts !== null) { lines.push("agent restarts " + w.restarts); }
       if (w.message) { lines.push(w.message); }
-      bar(wr.track, w.state + (w.failed ? " failed" : ""), w.start, w.end,
-          "worker rank " + rank + " \u00b7 " + w.state, lines);
+      if (w.note) { lines.push(w.note); }
+      var wb = bar(wr.track, w.state + (w.failed ? " failed" : "") + role, w.start, w.end,
+                   "worker rank " + rank + " \u00b7 " + w.state, lines);
+      if (w.role === "root") { wb.textContent = "ROOT CAUSE"; }
       box.appendChild(wr.row);
     });
   }
@@ -385,6 +606,10 @@ _JS = r"""
         h.track.appendChild(document.createTextNode(" \u00b7 "));
         var cls = round.failed ? "outcome-bad" : "outcome-good";
         h.track.appendChild(el("span", cls, round.outcome));
+      }
+      if (round.root_cause) {
+        h.track.appendChild(document.createTextNode(" \u00b7 "));
+        h.track.appendChild(el("span", "root", "root cause: " + round.root_cause));
       }
       box.appendChild(h.row);
       if (round.note) { restarts.push([round, h.row]); }

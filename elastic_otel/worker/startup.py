@@ -1,0 +1,283 @@
+"""The worker start-up: what a worker leaves behind when it dies, for its agent to report.
+
+torch's agent learns only an exit code or a signal number when a worker dies, and torch keeps
+no worker stderr unless asked to: a segfault in an extension, an ``abort()`` from C++ or an
+uncaught exception in a script without ``@record`` says nothing more. So the instrumented agent
+(:mod:`elastic_otel.integration.agent_instrumentation`) puts this package's ``worker/site``
+directory first on each worker's ``PYTHONPATH``; its ``sitecustomize`` calls :func:`start`
+before the training script runs a line, then chains to the next ``sitecustomize`` on the path
+(``opentelemetry-instrument``'s). The reports are files in the worker's private error-file
+directory (``TORCHELASTIC_ERROR_FILE``), not telemetry: a dying process cannot export, and the
+agent, which outlives it, reads them (:mod:`elastic_otel.parsing.worker_reports`).
+
+* The start-up is for the worker process alone: it first puts the worker's own ``PYTHONPATH``
+  back and removes its variables, so the worker's children (DataLoader workers, subprocesses)
+  neither run it nor pay for it. An ``exec`` keeps the worker's pid, the process torch
+  watches, so the program it becomes runs the start-up again (``torchrun --no-python
+  opentelemetry-instrument python train.py``: the launcher execs the script).
+* Each feature is a function of its own, tried on its own: one that fails leaves the others,
+  and the worker runs as it would without the start-up. Nothing is printed.
+* Fatal signals: ``faulthandler`` into
+  :data:`~elastic_otel.names.environment_variables.WORKER_FAULT_FILE`, all threads. When
+  ``faulthandler`` is already on (``PYTHONFAULTHANDLER``, ``-X faulthandler``) that choice wins
+  and no fault file is written; a later ``faulthandler.enable()`` (torch's ``@record`` calls it,
+  to stderr) also takes the stacks away from the file, since ``faulthandler`` writes to one
+  file only. Forked children keep the handler but write to ``/dev/null``: their crash is not
+  the worker's.
+* Uncaught exceptions: a chained ``sys.excepthook`` writes
+  :data:`~elastic_otel.names.environment_variables.WORKER_ERROR_FILE` (type, message, whole
+  traceback, time; bounded, written atomically), then calls the previous hook.
+
+Only ``os`` and ``sys`` are imported up front: a process that is not a worker pays nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+SITE_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
+"""The directory whose ``sitecustomize`` runs :func:`start`; the agent prepends it to
+``PYTHONPATH``."""
+
+REPORTS_VARIABLE = "ELASTIC_OTEL_WORKER_REPORTS"
+# environment_variables.ELASTIC_OTEL_WORKER_REPORTS (a test keeps them equal), spelled here so
+# that a process without it imports nothing more than os and sys.
+
+MESSAGE_LIMIT = 8192
+"""Characters of an exception's message kept in the report."""
+TRACEBACK_LIMIT = 32768
+"""Bytes of an exception's traceback kept in the report (its innermost frames)."""
+
+_worker_pid: list[int] = []  # the process start() armed: its forked children are not the worker
+
+
+def start() -> None:
+    """Arm this worker's reports when its agent asked for them (``ELASTIC_OTEL_WORKER_REPORTS``
+    is ``1``); do nothing otherwise. Never raises."""
+    if os.environ.get(REPORTS_VARIABLE) != "1":
+        return
+    try:
+        directory = _take_environment()
+    except Exception:
+        return
+    if directory is None:
+        return  # torch gave this worker no error file: nowhere to write
+    import contextlib  # already loaded by the interpreter's start-up
+
+    _worker_pid[:] = [os.getpid()]
+    for feature in FEATURES:
+        # A feature that fails is one feature less; the worker runs on as without it.
+        with contextlib.suppress(Exception):
+            feature(directory)
+
+
+def _take_environment() -> str | None:
+    """Put the worker's own ``PYTHONPATH`` back and remove the start-up's variables (before
+    anything else: the worker's children must not inherit them); the directory of torch's error
+    file, where the reports go."""
+    from elastic_otel.names import environment_variables as env
+
+    os.environ.pop(env.ELASTIC_OTEL_WORKER_REPORTS, None)
+    worker_path = os.environ.pop(env.ELASTIC_OTEL_WORKER_PYTHONPATH, None)
+    if worker_path is None:  # not from our agent: take our directory out of what is there
+        worker_path = _without_site(os.environ.get(env.PYTHONPATH, ""))
+    if worker_path:
+        os.environ[env.PYTHONPATH] = worker_path
+    else:
+        os.environ.pop(env.PYTHONPATH, None)
+    error_file = os.environ.get(env.TORCHELASTIC_ERROR_FILE)
+    return os.path.dirname(os.path.abspath(error_file)) if error_file else None
+
+
+def _without_site(path: str) -> str:
+    """``path`` (a ``PYTHONPATH`` value) without :data:`SITE_DIRECTORY`."""
+    return os.pathsep.join(p for p in path.split(os.pathsep) if p and not _is_site(p))
+
+
+def _is_site(entry: str) -> bool:
+    return os.path.normcase(os.path.realpath(entry)) == os.path.normcase(
+        os.path.realpath(SITE_DIRECTORY)
+    )
+
+
+def _is_worker() -> bool:
+    return _worker_pid == [os.getpid()]
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _create(path: str) -> int:
+    """A new, private file descriptor on ``path``, truncated; never through a symbolic link
+    (the directory is torch's private one, this keeps it so)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    return os.open(path, flags, 0o600)
+
+
+# --- fatal signals -------------------------------------------------------------------------------
+
+
+def _record_fatal_signals(directory: str) -> None:
+    """``faulthandler`` into the fault file (see the module docstring)."""
+    import faulthandler
+
+    from elastic_otel.names import environment_variables as env
+
+    if faulthandler.is_enabled():
+        return  # the user's own choice of where fatal-signal stacks go wins
+    fd = _create(os.path.join(directory, env.WORKER_FAULT_FILE))
+    # A descriptor, not a file object: nothing can close it behind faulthandler's back. It is
+    # not inherited across exec (os.open's default).
+    faulthandler.enable(fd, all_threads=True)
+
+    def silence_in_child() -> None:
+        # A forked child (a DataLoader worker) inherits the handler and the descriptor; its
+        # crash must not read as the worker's. Without the start-up it would print nothing.
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd, inheritable=False)
+            os.close(null)
+        except OSError:
+            pass
+
+    os.register_at_fork(after_in_child=silence_in_child)
+
+
+# --- uncaught exceptions -------------------------------------------------------------------------
+
+
+def _record_uncaught_exceptions(directory: str) -> None:
+    """Chain ``sys.excepthook``: the error file first, then the previous hook."""
+    from types import TracebackType
+
+    from elastic_otel.names import environment_variables as env
+
+    path = os.path.join(directory, env.WORKER_ERROR_FILE)
+    previous = sys.excepthook
+
+    def excepthook(
+        exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
+        if _is_worker():
+            try:
+                import time
+                import traceback
+
+                time_ns = time.time_ns()  # first: when the exception reached the top
+                text = "".join(traceback.format_exception(exc_type, exc, tb))
+                _write_exception(path, exc_type, exc, text, time_ns)
+            except Exception:
+                pass  # the report is lost; the previous hook still prints the traceback
+        # Outside the try: the previous hook fails, or not, as it would without this one.
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = excepthook
+
+
+def _write_exception(
+    path: str,
+    exc_type: type[BaseException],
+    exc: BaseException,
+    traceback_text: str,
+    time_ns: int,
+) -> None:
+    """The error file: {"type", "message", "traceback", "time_unix_nano"}, within the bound
+    :func:`~elastic_otel.parsing.worker_reports.read_worker_report` reads."""
+    import json
+
+    from elastic_otel.parsing.worker_reports import MAX_REPORT_BYTES, innermost_frames
+
+    name = exc_type.__qualname__
+    module = getattr(exc_type, "__module__", None)
+    if module and module != "builtins":
+        name = f"{module}.{name}"
+    try:
+        message: str | None = str(exc)
+    except Exception:  # a broken __str__
+        message = None
+    message_limit, traceback_limit = MESSAGE_LIMIT, TRACEBACK_LIMIT
+    while True:
+        record = {
+            "type": name,
+            "message": message[:message_limit] if message is not None else None,
+            "traceback": innermost_frames(traceback_text, traceback_limit),
+            "time_unix_nano": time_ns,
+        }
+        data = json.dumps(record, ensure_ascii=False).encode("utf-8", "replace")
+        # JSON escapes make some text up to six times longer: shrink to the reader's bound.
+        if len(data) <= MAX_REPORT_BYTES or traceback_limit == 0:
+            break
+        message_limit, traceback_limit = message_limit // 4, traceback_limit // 4
+    _write_atomically(path, data)
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """``data`` at ``path`` whole or not at all: the agent may read it the moment the worker
+    is gone."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    fd = _create(temporary)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    try:
+        os.replace(temporary, path)
+    except OSError:
+        os.unlink(temporary)
+        raise
+
+
+# --- exec ----------------------------------------------------------------------------------------
+
+
+def _follow_exec(directory: str) -> None:
+    """An ``exec`` in the worker process hands the start-up on to the program it becomes (see
+    the module docstring); every ``os.exec*`` function goes through ``execv`` or ``execve``."""
+    import functools
+    from collections.abc import Mapping
+    from typing import Any, NoReturn
+
+    from elastic_otel.names import environment_variables as env
+
+    def armed(environ: Mapping[str, str]) -> dict[str, str]:
+        path = _without_site(environ.get(env.PYTHONPATH, ""))
+        return {
+            env.PYTHONPATH: SITE_DIRECTORY + (os.pathsep + path if path else ""),
+            env.ELASTIC_OTEL_WORKER_PYTHONPATH: path,
+            env.ELASTIC_OTEL_WORKER_REPORTS: "1",
+        }
+
+    original_execv, original_execve = os.execv, os.execve
+
+    @functools.wraps(original_execv)
+    def execv(path: Any, argv: Any) -> NoReturn:
+        if not _is_worker():
+            original_execv(path, argv)  # a forked child's exec: as it is (never returns)
+        saved = {name: os.environ.get(name) for name in armed(os.environ)}
+        os.environ.update(armed(os.environ))
+        try:
+            original_execv(path, argv)
+        finally:  # reached only when the exec failed: the worker goes on as it was
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    @functools.wraps(original_execve)
+    def execve(path: Any, argv: Any, environ: Any) -> NoReturn:
+        if _is_worker() and isinstance(environ, Mapping) and all(map(_is_str, environ)):
+            environ = {**environ, **armed(environ)}
+        original_execve(path, argv, environ)
+
+    os.execv = execv
+    os.execve = execve  # type: ignore[assignment]
+
+
+FEATURES = (_record_fatal_signals, _record_uncaught_exceptions, _follow_exec)
+"""What :func:`start` arms in a worker, in order, each on its own: a function of torch's
+error-file directory. A new feature (live stack dumps on request) is one more function here."""

@@ -1,0 +1,123 @@
+"""Root cause, not victims (issue 18), on real two-node torchrun jobs (c10d, gloo, two workers
+per node): global rank 1 dies at step 3 while every other rank waits for it in an
+``all_reduce``, by SIGKILL, SIGSEGV, SIGABRT or an exception. Exactly that rank's span is
+ERROR, with the right ``error.type`` and exit code; every other worker of the attempt died of
+it (its collective lost the peer) or was stopped by its agent, and says so without ERROR.
+The training script (tests/failing_train.py) is not changed for the bridge: no ``@record``.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from jobs import job_env, run_job, span_attr
+from otlp_receiver import OtlpReceiver
+
+from elastic_otel.names import attributes as A
+
+pytestmark = pytest.mark.e2e
+
+SCRIPT = Path(__file__).resolve().parent.parent / "failing_train.py"
+FAULT_LINE = next(
+    n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if "# FAULT LINE" in line
+)
+
+CASES = {
+    # how: (error.type, process.exit.code)
+    "kill": ("SIGKILL", -9),
+    "segv": ("SIGSEGV", -11),
+    "abort": ("SIGABRT", -6),
+    "raise": ("RuntimeError", 1),
+}
+
+
+@pytest.mark.parametrize("how", list(CASES))
+def test_only_the_rank_that_failed_first_is_an_error(
+    how: str, grpc_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    out = tmp_path / "telemetry.jsonl"
+    env = job_env(
+        grpc_receiver,
+        tmp_path,
+        FAIL_RANK="1",
+        FAIL_HOW=how,
+        FAIL_ONCE_DIR=str(tmp_path),
+        OTEL_TRACES_EXPORTER="otlp,elastic_otel_file",
+        OTEL_LOGS_EXPORTER="otlp,elastic_otel_file",
+        ELASTIC_OTEL_OTLP_JSON_FILE=str(out),
+    )
+    results = run_job(env, nproc=2, script=SCRIPT, extra_args=("--max-restarts=1",))
+    assert [rc for rc, _ in results] == [0, 0], [out[-3000:] for _, out in results]
+    grpc_receiver.wait_for_spans(8, timeout=30, where=lambda s: s["name"] == A.SPAN_WORKER)
+    spans = [s for s in grpc_receiver.spans() if s["name"] == A.SPAN_WORKER]
+    (culprit,) = [w for w in spans if span_attr(w, A.STATE) == "FAILED"]
+    # the failed round's workers (one trace per round); the job then succeeded in the next
+    workers = {
+        span_attr(w, A.GLOBAL_RANK): w for w in spans if w["trace_id"] == culprit["trace_id"]
+    }
+    assert sorted(workers) == [0, 1, 2, 3]
+
+    error_type, exit_code = CASES[how]
+    assert span_attr(culprit, A.GLOBAL_RANK) == 1
+    assert culprit["status_code"] == "ERROR"
+    assert span_attr(culprit, A.STATE) == "FAILED"
+    assert span_attr(culprit, A.FAILURE_KIND) == A.KIND_ROOT_CAUSE
+    assert span_attr(culprit, A.ERROR_TYPE) == error_type
+    assert span_attr(culprit, A.PROCESS_EXIT_CODE) == exit_code
+    if how == "kill":
+        assert culprit["status_message"].startswith("killed by SIGKILL")
+        assert span_attr(culprit, A.OOM_KILL) is None  # not the OOM killer: never guessed
+    elif how == "raise":
+        assert "the loss is NaN" in culprit["status_message"]
+    else:
+        assert error_type in culprit["status_message"]
+
+    victims = {rank: w for rank, w in workers.items() if rank != 1}
+    for rank, victim in victims.items():
+        assert victim["status_code"] != "ERROR", (rank, victim["attributes"])
+        assert span_attr(victim, A.ERROR_TYPE) is None
+        kind = span_attr(victim, A.FAILURE_KIND)
+        state = span_attr(victim, A.STATE)
+        # a victim either failed in its collective or was stopped by its own agent; a worker
+        # still running when its agent stopped the group ends in the agent's stop phase
+        assert (kind, state) in (
+            (A.KIND_PEER_FAILURE, "PEER_FAILED"),
+            (A.KIND_STOPPED, "STOPPED"),
+            (None, "STOPPED"),
+        ), (rank, victim["attributes"])
+    # rank 0 shares rank 1's node: whatever it died of, it links to rank 1's span
+    assert [lk["span_id"] for lk in victims[0]["links"]] == [culprit["span_id"]]
+
+    if how == "segv":  # the Python stack of the crash, with no change to the script
+        (exc,) = [e for e in culprit["events"] if e["name"] == "exception"]
+        stack = exc["attributes"][A.EXCEPTION_STACKTRACE]
+        assert f'failing_train.py", line {FAULT_LINE} in fail' in stack, stack
+        assert len(stack.encode()) <= 2048  # what Tempo keeps of an attribute
+        records = [
+            r
+            for r in grpc_receiver.logs()
+            if r["attributes"].get(A.GLOBAL_RANK) == 1
+            and r["attributes"].get(A.STATE) == "FAILED"
+            and r["span_id"] == culprit["span_id"]
+        ]
+        assert any(f"line {FAULT_LINE} in fail" in r["body"] for r in records), records
+    if how == "raise":
+        (exc,) = [e for e in culprit["events"] if e["name"] == "exception"]
+        assert exc["attributes"][A.EXCEPTION_TYPE] == "RuntimeError"
+        assert "failing_train.py" in exc["attributes"][A.EXCEPTION_STACKTRACE]
+
+    # the timeline names the root cause across both nodes
+    timeline = subprocess.run(
+        [sys.executable, "-m", "elastic_otel.cli", "timeline", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert timeline.returncode == 0, timeline.stderr
+    lines = [line for line in timeline.stdout.splitlines() if "root cause" in line.lower()]
+    assert lines, timeline.stdout
+    assert any(re.search(rf"rank 1\b.*{error_type}", line) for line in lines), timeline.stdout
