@@ -53,6 +53,7 @@ and the bridge falls back to torch's own events.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -64,7 +65,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, MutableMapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from elastic_otel.bridge.handler import OtelHandler, get_handler
 from elastic_otel.integration.oom_kills import oom_kill_count
@@ -91,8 +92,17 @@ _RESTART_CAUSES: dict[str, str] = {
 }
 # The time of each agent's latest root failure (seconds), for the detection delay.
 _failed_at: MutableMapping[Any, float] = weakref.WeakKeyDictionary()
-# Per process context: the local ranks that had failed when torch first began to close it.
-_ended_before_close: MutableMapping[Any, frozenset[int] | None] = weakref.WeakKeyDictionary()
+
+
+class _Closing(NamedTuple):
+    """When torch first began to close a process context, and the local ranks that had
+    failed by then (``None``: this context does not say)."""
+
+    time_ns: int
+    ended: frozenset[int] | None
+
+
+_closing: MutableMapping[Any, _Closing] = weakref.WeakKeyDictionary()
 # Per agent: the cgroup's OOM-kill count when it last started workers or saw a SIGKILL.
 _oom_kills: MutableMapping[Any, int | None] = weakref.WeakKeyDictionary()
 
@@ -304,10 +314,10 @@ def _watchdog_wrapper(bridge: OtelHandler) -> Wrapper:
 def _close_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     def close(self: Any, death_sig: Any = None, timeout: int = 30) -> Any:
         try:
-            if self not in _ended_before_close:
+            if self not in _closing:
                 failures = getattr(self, "_failures", None)  # SubprocessContext's
                 ended = frozenset(failures) if isinstance(failures, dict) else None
-                _ended_before_close[self] = ended
+                _closing[self] = _Closing(time.time_ns(), ended)
         except Exception:  # never the agent's problem
             _logger.debug("elastic-otel: close not observed", exc_info=True)
         return original(self, death_sig, timeout)
@@ -433,23 +443,43 @@ def _worker_ends(
 ) -> dict[int, tuple[WorkerEnd, WorkerReport | None]]:
     """What the agent knows of each failed worker (by global rank), and its report."""
     pcontext = getattr(agent, "_pcontext", None)
-    ended_before = _ended_before_close.get(pcontext) if pcontext is not None else None
+    closing = _closing.get(pcontext) if pcontext is not None else None
     # torch's ProcessFailure forgets the path of an error file the worker did not write
     error_files = getattr(pcontext, "error_files", None) or {}
+    now_ns = time.time_ns()
     ended: dict[int, tuple[WorkerEnd, WorkerReport | None]] = {}
     for rank, failure in failures.items():
         report = read_worker_report(error_files.get(failure.local_rank) or failure.error_file)
+        ended_before = closing.ended if closing is not None else None
         stopped = ended_before is not None and failure.local_rank not in ended_before
-        seconds = float(getattr(failure, "timestamp", 0) or 0)
+        # The moment of death: the worker's own report (an exception, a fault stack), else
+        # when the agent saw it (torch's failure time has whole seconds, rounded down)
+        seen_ns = closing.time_ns if closing is not None and not stopped else now_ns
         end = WorkerEnd(
             global_rank=rank,
             exit_code=failure.exitcode,
             stopped_by_agent=stopped,
             exception_type=report.exception_type if report is not None else None,
             message=report.message if report is not None else None,
-            time_ns=(report.time_ns if report is not None else None) or int(seconds * 1e9),
+            time_ns=(report.time_ns if report is not None else None) or seen_ns,
         )
         ended[rank] = (end, report)
+    return _dated_by_victims(ended)
+
+
+def _dated_by_victims(
+    ended: dict[int, tuple[WorkerEnd, WorkerReport | None]],
+) -> dict[int, tuple[WorkerEnd, WorkerReport | None]]:
+    """A death no report dates (a SIGKILL) is dated when its agent saw it, up to a monitor
+    interval late; when every dated death of the node is a victim's, it died no later than
+    the first of them, which it caused."""
+    dated = {r: e for r, (e, report) in ended.items() if report is not None and report.time_ns}
+    if not dated or any(classify(e) == A.KIND_ROOT_CAUSE for e in dated.values()):
+        return ended
+    first = min(e.time_ns for e in dated.values())
+    for rank, (end, report) in ended.items():
+        if rank not in dated and not end.stopped_by_agent and end.time_ns > first:
+            ended[rank] = (dataclasses.replace(end, time_ns=first), report)
     return ended
 
 
@@ -463,6 +493,17 @@ def _oom_killed(agent: Any, ends: list[WorkerEnd]) -> bool:
     return before is not None and now is not None and now > before
 
 
+def _fatal_error(fault_stack: str) -> str:
+    """"Fatal Python error: Segmentation fault, in fail (train.py:27)": faulthandler's first
+    line and the crashing thread's innermost frame (it lists the current thread first)."""
+    lines = fault_stack.strip().splitlines()
+    frame = next((line.strip() for line in lines if line.startswith('  File "')), "")
+    path, _, rest = frame[len('File "') :].partition('", line ')
+    line, _, function = rest.partition(" in ")
+    where = f", in {function} ({os.path.basename(path)}:{line})" if function else ""
+    return lines[0] + where
+
+
 def _raw_error(failure: Any, report: WorkerReport | None) -> str | None:
     """The worker's error in the shape of torch's error file (what the parser reads): the
     worker start-up's report (an exception, or a fatal signal's Python stack), else torch's."""
@@ -470,7 +511,7 @@ def _raw_error(failure: Any, report: WorkerReport | None) -> str | None:
         message = f"{report.exception_type}: {report.message or ''}"
         stack = report.traceback or ""
     elif report is not None and report.fault_stack:
-        message = report.fault_stack.strip().splitlines()[0]
+        message = _fatal_error(report.fault_stack)
         stack = report.fault_stack
     else:
         data = getattr(failure, "error_file_data", None)

@@ -60,7 +60,8 @@ STALLED_SECONDS: Final = "torchelastic.stalled.seconds"
 RECOVERY_CAUSE: Final = "torchelastic.recovery.cause"
 """Why the agent restarted its workers: ``worker_failure`` or ``membership_change``."""
 RECOVERY_DETECTION_MS: Final = "torchelastic.recovery.detection_ms"
-"""From the worker failure (its error file's time, 1 s resolution) to the agent noticing it."""
+"""From the worker failure (the worker start-up's time of death, else when its agent saw it) to
+the agent beginning the restart."""
 RECOVERY_PHASE: Final = "torchelastic.recovery.phase"
 """A phase of a recovery (metrics): ``stop_workers``, ``rendezvous``, ``assign_worker_ranks``,
 ``start_workers``; ``first_step`` from the training script (:mod:`elastic_otel.worker.training`)."""

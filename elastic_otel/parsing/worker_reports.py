@@ -65,7 +65,9 @@ class WorkerReport:
     message: str | None = None
     traceback: str | None = None
     time_ns: int | None = None
-    """When the exception reached the top (ns since the epoch)."""
+    """When the exception reached the top, else when ``faulthandler`` wrote the fault stack
+    (ns since the epoch): the moment of death, where torch's own failure time has whole
+    seconds."""
     fault_stack: str | None = None
     """``faulthandler``'s text: the fatal error line and every thread's Python stack."""
     fault_signal: str | None = None
@@ -80,9 +82,8 @@ def read_worker_report(
     if not error_file:
         return None
     directory = os.path.dirname(error_file)
-    fault_stack = _fault_text(
-        _read(os.path.join(directory, WORKER_FAULT_FILE), max_bytes), max_bytes
-    )
+    fault_file = os.path.join(directory, WORKER_FAULT_FILE)
+    fault_stack = _fault_text(_read(fault_file, max_bytes), max_bytes)
     ours = _json_object(_read(os.path.join(directory, WORKER_ERROR_FILE), max_bytes), max_bytes)
     exception = _startup_exception(ours)
     if exception is None:
@@ -90,6 +91,8 @@ def read_worker_report(
     if exception is None and fault_stack is None:
         return None
     exception_type, message, traceback, time_ns = exception or (None, None, None, None)
+    if time_ns is None and fault_stack is not None:
+        time_ns = _written_ns(fault_file)
     return WorkerReport(
         exception_type=exception_type,
         message=message,
@@ -132,6 +135,13 @@ def _read(path: str, max_bytes: int) -> bytes | None:
         return None
     finally:
         os.close(fd)
+
+
+def _written_ns(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
 
 
 def _fault_text(data: bytes | None, max_bytes: int) -> str | None:
