@@ -25,6 +25,7 @@ import logging
 import os
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -174,6 +175,7 @@ class Pipeline:
     delivery: DeliveryCounters = field(default_factory=DeliveryCounters)
     warnings: ExportWarnings = EXPORT_WARNINGS
     buffers: list[OutageBuffer] = field(default_factory=list)
+    batchers: list[Any] = field(default_factory=list)  # the SDK batch processors it built
     _closers: list[Callable[[], Any]] = field(default_factory=list)
     _flushers: list[Callable[[], Any]] = field(default_factory=list)
 
@@ -208,8 +210,25 @@ class Pipeline:
             interrupt = [b.interrupt for b in self.buffers] if not ok else []
             calls = [*interrupt, *self._closers]
             ok = run_bounded(calls, max(0.05, deadline - time.monotonic())) and ok
-        self.delivery.add("lost_at_exit", self.pending())
+        self.delivery.add("lost_at_exit", self.pending() + self._take_stranded())
         return ok
+
+    def _take_stranded(self) -> int:
+        """Records still in the SDK's batch queues once the bounded shutdown gave up on them
+        (a loaded machine, a collector down): taken out and counted, so that each is counted
+        once, here or by the buffer its processor may still hand it to."""
+        taken = 0
+        for processor in self.batchers:
+            queue = getattr(getattr(processor, "_batch_processor", None), "_queue", None)
+            if not isinstance(queue, deque):
+                continue
+            while True:
+                try:
+                    queue.popleft()
+                except IndexError:
+                    break
+                taken += 1
+        return taken
 
 
 def build_pipeline(version: str = "", settings: Settings | None = None) -> Pipeline | None:
@@ -271,22 +290,23 @@ def _owned(version: str, settings: Settings) -> Pipeline:
     bsp_queue = None if os.environ.get(OTEL_BSP_MAX_QUEUE_SIZE) else queue
     blrp_queue = None if os.environ.get(OTEL_BLRP_MAX_QUEUE_SIZE) else queue
 
+    batchers: list[Any] = []
     span_processor: SynchronousMultiSpanProcessor | None = None
     trace_names = exporter_names("traces")
     if trace_names:
         span_processor = SynchronousMultiSpanProcessor()
         for name in trace_names:
-            span_processor.add_span_processor(
-                BatchSpanProcessor(span_buffer(name), max_queue_size=bsp_queue)
-            )
+            batcher = BatchSpanProcessor(span_buffer(name), max_queue_size=bsp_queue)
+            batchers.append(batcher)
+            span_processor.add_span_processor(batcher)
     logger_provider: LoggerProvider | None = None
     log_names = exporter_names("logs")
     if log_names:
         logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
         for name in log_names:
-            logger_provider.add_log_record_processor(
-                BatchLogRecordProcessor(log_buffer(name), max_queue_size=blrp_queue)
-            )
+            log_batcher = BatchLogRecordProcessor(log_buffer(name), max_queue_size=blrp_queue)
+            batchers.append(log_batcher)
+            logger_provider.add_log_record_processor(log_batcher)
     pipeline = Pipeline(
         logger_provider.get_logger(INSTRUMENTATION_SCOPE, version) if logger_provider else None,
         span_processor,
@@ -294,6 +314,7 @@ def _owned(version: str, settings: Settings) -> Pipeline:
         owned=True,
         delivery=delivery,
         buffers=buffers,
+        batchers=batchers,
     )
     install_export_warnings(pipeline.warnings)
     by_signal = {s: [b.force_flush for b in buffers if b.signal == s] for s in _SPAN_AND_LOG}
