@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from elastic_otel.worker.training import WorkerTelemetry
 
 from elastic_otel.version import __version__
+from elastic_otel.worker.progress import mark_step
 
 __all__ = [
     "OtelEventHandler",
@@ -44,6 +45,7 @@ __all__ = [
     "flush",
     "get_handler",
     "mark_first_step",
+    "mark_step",
     "register",
     "start_worker_telemetry",
     "stats",

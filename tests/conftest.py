@@ -75,10 +75,28 @@ def make_logger() -> Iterator:
         handler.shutdown()
 
 
+SLOWEST_FIRST = (
+    "test_benchmarks_quick.py",
+    "test_reliability.py",
+    "test_root_cause.py",
+    "test_e2e_torchrun.py",
+    "test_host_loss.py",
+    "test_cli_demo.py",
+    "test_sigterm_blocked.py",
+    "test_fork_safety.py",
+)
+"""End-to-end files that take a minute or more, started first: with ``-n N --dist loadfile``
+each worker takes whole files in collection order, so a long file collected last would run
+alone at the end while the other workers idle."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/e2e/ is marked ``e2e`` (real torchrun jobs, receivers, collectors):
-    ``pytest tests/unit`` and ``pytest -m "not e2e"`` run the same fast tests."""
+    ``pytest tests/unit`` and ``pytest -m "not e2e"`` run the same fast tests. The slowest
+    files come first (:data:`SLOWEST_FIRST`), the rest in their usual order."""
     e2e = Path(__file__).parent / "e2e"
     for item in items:
         if e2e in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.e2e)
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))

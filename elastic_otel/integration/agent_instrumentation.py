@@ -61,6 +61,7 @@ import logging
 import os
 import signal
 import stat
+import sys
 import threading
 import time
 import weakref
@@ -69,11 +70,17 @@ from typing import Any, NamedTuple
 
 from elastic_otel.bridge.handler import OtelHandler, get_handler
 from elastic_otel.integration.oom_kills import oom_kill_count
+from elastic_otel.integration.training_watch import WATCH, WatchedWorker
 from elastic_otel.model.failures import WorkerEnd, classify, root_cause
+from elastic_otel.model.stalls import STALL_EVENT_NAME, STALL_STATE, TRAINING, TrainingStall
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
 from elastic_otel.names.torch_names import AGENT_STEP_PREFIX, WorkerState
-from elastic_otel.parsing.worker_reports import WorkerReport, read_worker_report
+from elastic_otel.parsing.worker_reports import (
+    WorkerReport,
+    main_thread_frame,
+    read_worker_report,
+)
 
 _logger = logging.getLogger("elastic_otel")
 
@@ -107,8 +114,11 @@ _closing: MutableMapping[Any, _Closing] = weakref.WeakKeyDictionary()
 _oom_kills: MutableMapping[Any, int | None] = weakref.WeakKeyDictionary()
 
 
-TESTED_TORCH = ((2, 13), (2, 13))
-"""The oldest and newest torch (major, minor) the agent instrumentation is tested with (CI)."""
+TESTED_TORCH = ((2, 13), (2, 15))
+"""The oldest and newest torch (major, minor) the agent instrumentation is on by default with:
+the releases CI runs it on (the full suite on 2.13, the instrumentation and end-to-end subset
+on 2.14.1 and 2.15.0; the shapes of every release from 2.4 are in
+:mod:`elastic_otel.integration.torch_shapes` and docs/torch-versions.md)."""
 
 
 class AgentInstrumentation:
@@ -280,13 +290,16 @@ def _step_wrapper(step: str, bridge: OtelHandler) -> Wrapper:
             start = time.monotonic()
             error: BaseException | None = None
             try:
-                return original(self, *args)
+                result = original(self, *args)
             except BaseException as e:
                 error = e
                 raise
             finally:
                 duration_ms = (time.monotonic() - start) * 1000.0
                 _report_step(self, step, "end", bridge, duration_ms, error)
+            if step == "start_workers":
+                _watch_workers(self, args[0], bridge)
+            return result
 
         return step_method
 
@@ -314,10 +327,14 @@ def _watchdog_wrapper(bridge: OtelHandler) -> Wrapper:
 def _close_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     def close(self: Any, death_sig: Any = None, timeout: int = 30) -> Any:
         try:
+            failures = getattr(self, "_failures", None)  # SubprocessContext's
             if self not in _closing:
-                failures = getattr(self, "_failures", None)  # SubprocessContext's
                 ended = frozenset(failures) if isinstance(failures, dict) else None
                 _closing[self] = _Closing(time.time_ns(), ended)
+            # After a failure (torch's _poll, MultiprocessContext's inside its except) or a
+            # signal (torch's SignalException being handled): the victims' last stacks first
+            failed = bool(failures) or sys.exc_info()[1] is not None
+            WATCH.before_stop(self, failed)
         except Exception:  # never the agent's problem
             _logger.debug("elastic-otel: close not observed", exc_info=True)
         return original(self, death_sig, timeout)
@@ -363,6 +380,77 @@ def _add_trace_context(agent: Any, envs: dict[int, dict[str, str]], bridge: Otel
         if launch.recovery_cause:
             worker_env[env.ELASTIC_OTEL_RECOVERY_CAUSE] = launch.recovery_cause
             worker_env[env.ELASTIC_OTEL_RECOVERY_START_UNIX_NANO] = str(launch.recovery_start_ns)
+
+
+def _watch_workers(agent: Any, worker_group: Any, bridge: OtelHandler) -> None:
+    """Hand the workers torch just started to the training watch (hangs, stacks)."""
+    try:
+        if not _reports_to_bridge(agent, bridge):
+            return
+        pcontext = agent._pcontext
+        pids = pcontext.pids()
+        error_files = getattr(pcontext, "error_files", None) or {}
+        workers = [
+            WatchedWorker(
+                global_rank=w.global_rank,
+                local_rank=w.local_rank,
+                pid=pids[w.local_rank],
+                directory=os.path.dirname(error_files[w.local_rank]),
+                worker=w,
+            )
+            for w in worker_group.workers
+            if w.local_rank in pids and error_files.get(w.local_rank)
+        ]
+
+        def report(
+            reason: str, stacks: list[tuple[WatchedWorker, str]], stall: TrainingStall | None
+        ) -> None:
+            _report_stacks_and_stall(agent, bridge, reason, stacks, stall)
+
+        WATCH.watch(pcontext, workers, report, bridge.settings.stall_after_s, bridge.current_stalls)
+    except Exception:  # never the agent's problem
+        _logger.debug("elastic-otel: workers not watched", exc_info=True)
+
+
+def _report_stacks_and_stall(
+    agent: Any,
+    bridge: OtelHandler,
+    reason: str,
+    stacks: list[tuple[WatchedWorker, str]],
+    stall: TrainingStall | None,
+) -> None:
+    """One record per worker's stacks (on its span), then the training stall's report."""
+    from torch.distributed.elastic.events import EventSource
+
+    frames: dict[int, str] = {}
+    now_ms = int(time.time() * 1000)
+    for watched, text in stacks:
+        frame = main_thread_frame(text) or ""
+        frames[watched.global_rank] = frame
+        event = _construct(agent, _STACKS_STATE, EventSource.AGENT, watched.worker)
+        event.name = AGENT_STEP_PREFIX + "worker_stacks"
+        event.metadata.update({"stacks": text, "stacks.reason": reason, "stack.frame": frame})
+        event.timestamp = now_ms
+        bridge.info(event)
+    if stall is None:
+        return
+    event = _construct(agent, STALL_STATE, EventSource.AGENT, None)
+    event.name = STALL_EVENT_NAME
+    facts: dict[str, Any] = {
+        "stalled.in": TRAINING,
+        "stalled.seconds": round(stall.seconds, 3),
+        "stalled.ranks": ",".join(map(str, stall.waited_for)),
+        "stalled.waiting": ",".join(map(str, stall.waiting)),
+    }
+    if stall.collective:
+        facts["stalled.collective"] = stall.collective
+        facts["stalled.collective_number"] = stall.number
+    first = frames.get(stall.waited_for[0]) if stall.waited_for else None
+    if first:
+        facts["stack.frame"] = first
+    event.metadata.update(facts)
+    event.timestamp = now_ms
+    bridge.info(event)
 
 
 def _add_worker_startup(envs: dict[int, dict[str, str]]) -> None:
@@ -431,6 +519,8 @@ def _report_outcomes(agent: Any, worker_group: Any, result: Any, handler: OtelHa
         handler.info(event)
 
 
+_STACKS_STATE = "STACKS"  # the agent model logs it on the worker's span
+
 _KIND_STATES = {
     A.KIND_ROOT_CAUSE: WorkerState.FAILED,
     A.KIND_PEER_FAILURE: WorkerState.PEER_FAILED,
@@ -494,7 +584,7 @@ def _oom_killed(agent: Any, ends: list[WorkerEnd]) -> bool:
 
 
 def _fatal_error(fault_stack: str) -> str:
-    """"Fatal Python error: Segmentation fault, in fail (train.py:27)": faulthandler's first
+    """ "Fatal Python error: Segmentation fault, in fail (train.py:27)": faulthandler's first
     line and the crashing thread's innermost frame (it lists the current thread first)."""
     lines = fault_stack.strip().splitlines()
     frame = next((line.strip() for line in lines if line.startswith('  File "')), "")

@@ -55,6 +55,8 @@ from elastic_otel.emit import bridge_health
 from elastic_otel.emit.bounded import run_bounded
 from elastic_otel.emit.recovery_metrics import RecoveryMetrics
 from elastic_otel.integration import torchrun_args
+from elastic_otel.integration.training_watch import WATCH
+from elastic_otel.model.stalls import TRAINING
 from elastic_otel.names import attributes as A
 from elastic_otel.names.settings import Settings
 
@@ -326,8 +328,11 @@ class TorchMetrics:
         )
 
     def _current_stalls(self) -> dict[str, float]:
+        """The bridge's stalls (its trace model's waits) and the agent's training stall."""
         bridge = self.bridge
-        return bridge.current_stalls() if bridge is not None and not self.closed else {}
+        if bridge is None or self.closed:
+            return {}
+        return {**bridge.current_stalls(), TRAINING: WATCH.current}
 
     def _bridge_stats(self) -> dict[str, int] | None:
         bridge = self.bridge

@@ -75,6 +75,7 @@ SIGNATURES: tuple[str, ...] = (
     *WRAPPED,
     "SimpleElasticAgent._construct_event",
     "RendezvousHandler.get_run_id",
+    "SubprocessContext.pids",
 )
 
 # Where each class lives, relative to torch/distributed (a file, and a module when installed).
@@ -199,7 +200,7 @@ REQUIREMENTS: tuple[tuple[str, str, tuple[str, ...], bool, str], ...] = (
     (
         "SimpleElasticAgent._construct_event",
         "has",
-        ("state", "source", "worker", "raw_error", "duration_ms"),
+        ("state", "source", "worker", "raw_error"),
         True,
         "the events are the agent's own",
     ),
@@ -272,6 +273,13 @@ REQUIREMENTS: tuple[tuple[str, str, tuple[str, ...], bool, str], ...] = (
     (
         "SimpleElasticAgent._construct_event",
         "has",
+        ("duration_ms",),
+        False,
+        "step events carry duration_ms",
+    ),
+    (
+        "SimpleElasticAgent._construct_event",
+        "has",
         ("exit_code", "worker_pid"),
         False,
         "worker events carry exit_code and worker_pid",
@@ -282,6 +290,13 @@ REQUIREMENTS: tuple[tuple[str, str, tuple[str, ...], bool, str], ...] = (
         ("capture", "close", "capture"),
         False,
         "the workers torch stopped are in RunResult.failures: reported STOPPED",
+    ),
+    (
+        "SubprocessContext.pids",
+        "is",
+        ("self",),
+        False,
+        "the training watch finds the workers' pids",
     ),
     (
         "entry-point groups",
@@ -561,6 +576,7 @@ _BASE: Shape = {  # torch 2.4
         "duration_ms",
     ),
     "RendezvousHandler.get_run_id": ("self",),
+    "SubprocessContext.pids": ("self",),
     "RunResult fields": ("state", "return_values", "failures"),
     "ProcessFailure fields": (
         "local_rank",

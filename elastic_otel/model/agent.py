@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from elastic_otel.model.failures import describe, error_type
@@ -90,6 +90,7 @@ _OBSERVED_STEPS = {  # the bridge's own (agent_instrumentation), recorded at sta
     "START_WORKERS": A.SPAN_AGENT_START_WORKERS,
 }
 _RESTART = "RESTART_WORKERS"  # observed too: the whole recovery
+_STACKS = "STACKS"  # a worker's Python stacks, taken by the agent instrumentation
 _AGENT_OUTCOMES = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED})
 _WAIT_KIND = {"EXIT_BARRIER": "exit_barrier", "STOP_WORKERS": "stop_workers"}
 _WAIT_CONTEXT = frozenset({A.RUN_ID, A.RANK, A.HOST_NAME, A.ROLE, A.AGENT_RESTARTS})
@@ -279,6 +280,8 @@ class AgentModel:
                 self._worker_end(agent, ev, parent, out)
         elif ev.state in _AGENT_STEPS:
             self._agent_step(agent, ev, parent, out)
+        elif ev.state == _STACKS:
+            self._worker_stacks(agent, ev, parent, out)
         elif ev.state == _RESTART and ev.attributes.get(A.PHASE) in ("start", "end"):
             self._recovery(agent, ev, parent, out)
         elif ev.state in _OBSERVED_STEPS and ev.attributes.get(A.PHASE) in ("start", "end"):
@@ -420,6 +423,22 @@ class AgentModel:
         agent.workers[key] = span
         out.log(ev, span)
 
+    def _worker_stacks(self, agent: Agent, ev: ElasticEvent, parent: SpanRef, out: Output) -> None:
+        """A worker's stacks: a log record on its span (open, or just ended by the stop they
+        were taken before), the frames as its body."""
+        rank = ev.global_rank
+        span = agent.workers.get(rank) if rank is not None else None
+        if span is None and rank is not None:
+            span = agent.ended.get(rank)
+        attributes = dict(ev.attributes)
+        stacks = attributes.pop(A.STACKS, None)
+        body = stacks if isinstance(stacks, str) and stacks else ev.body
+        record = replace(ev, body=body, attributes=attributes)
+        if span is not None:
+            out.log(record, span)
+        else:
+            out.logs.append(LogOut(record, parent.trace_id, parent.span_id))
+
     def _worker_end(self, agent: Agent, ev: ElasticEvent, parent: SpanRef, out: Output) -> None:
         t = ev.time_ns
         rank = ev.global_rank
@@ -497,8 +516,10 @@ class AgentModel:
     def _end_everything(
         self, agent: Agent, t: int, out: Output, state: WorkerState, reason: str, error: bool
     ) -> None:
-        """End an agent's open spans: its workers (as ``state``), steps and recovery."""
-        self._end_workers(agent, t, out, state, reason, error=error)
+        """End an agent's open spans: its workers (as ``state``), steps and recovery. A signal
+        that ends the agent (``error``) is an error of the agent's spans, not of its workers:
+        they were running, and are victims of it (``TERMINATED``, with the reason)."""
+        self._end_workers(agent, t, out, state, reason)
         self._end_steps(agent, t, out, reason, error)
         self._end_recovery(agent, t, out, reason, error)
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from elastic_otel.model.stalls import STALL_STATE
+from elastic_otel.model.stalls import (
+    STALL_EVENT_NAME,
+    STALL_STATE,
+    TRAINING,
+    describe_training_stall,
+)
+from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import NodeState, WorkerState
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind, RdzvAction
 
@@ -62,6 +68,8 @@ def body(event: ElasticEvent) -> str:
     err = event.error
     if event.kind is EventKind.WORKER and err is not None and err.stacktrace:
         return err.stacktrace
+    if event.name == STALL_EVENT_NAME and event.attributes.get(A.STALLED_IN) == TRAINING:
+        return describe_training_stall(event.attributes)
     return event.body
 
 

@@ -25,8 +25,12 @@ from elastic_otel.parsing.torch_events import ElasticEvent, EventKind
 STALL_EVENT_NAME = "torchelastic.stalled"
 STALL_STATE = "STALLED"
 WAIT_KINDS = ("rendezvous.join", "exit_barrier", "stop_workers")
-"""Values of ``torchelastic.stalled.in``: the join of a round, torch's exit barrier, the agent
-waiting for its workers to stop."""
+"""Values of ``torchelastic.stalled.in`` for the waits the trace model knows of: the join of a
+round, torch's exit barrier, the agent waiting for its workers to stop."""
+TRAINING = "training"
+"""``torchelastic.stalled.in`` of a training stall: no local rank made progress (see
+:func:`training_stall`); reported by the agent instrumentation, which reads the workers'
+progress records."""
 
 
 @dataclass(slots=True)
@@ -96,3 +100,95 @@ def stall_event(wait: Wait, seconds: float, now_ns: int) -> ElasticEvent:
         run_id=run_id if isinstance(run_id, str) else "",
         state=STALL_STATE,
     )
+
+
+# --- training ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RankProgress:
+    """What a local rank's progress record says (:mod:`elastic_otel.worker.progress`)."""
+
+    global_rank: int
+    collective: str | None  # the collective it is in now (None: in none)
+    entered: int  # collectives it has entered so far
+    step: int | None  # the last step the script marked (None: it marks none)
+    progress_ns: int  # when it last entered or left a collective or marked a step
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingStall:
+    """No local rank made progress for a while; who waits, and for whom."""
+
+    seconds: float
+    waiting: tuple[int, ...]  # global ranks inside the collective the node waits in
+    waited_for: tuple[int, ...]  # local global ranks the waiting ones wait for (may be none)
+    collective: str | None  # the collective they wait in
+    number: int  # which collective of the job that is (1: the first)
+
+
+def training_stall(ranks: list[RankProgress], now_ns: int, after_ns: int) -> TrainingStall | None:
+    """A training stall when no rank of ``ranks`` made progress for ``after_ns``.
+
+    The ranks inside the latest collective any of them entered wait there; every other local
+    rank (in no collective, or in an earlier one) is one they wait for. With no rank in a
+    collective, ranks behind the others' last marked step are waited for. When every local
+    rank waits in the same collective, the ranks they wait for are on other nodes: that
+    node's report names them. Training begins with the first collective a local rank enters
+    (or the first step it marks): a slow start (imports, ``init_process_group`` of thousands of
+    ranks) is not a training stall.
+    """
+    if not ranks or after_ns <= 0:
+        return None
+    if not any(r.entered > 0 or r.step is not None for r in ranks):
+        return None  # still starting: training has not begun
+    last = max(r.progress_ns for r in ranks)
+    if now_ns - last < after_ns:
+        return None
+    inside = [r for r in ranks if r.collective is not None]
+    if inside:
+        number = max(r.entered for r in inside)
+        waiting = [r for r in inside if r.entered == number]
+        collective = waiting[0].collective
+    else:
+        steps = [r.step for r in ranks if r.step is not None]
+        top = max(steps) if steps else None
+        waiting = [r for r in ranks if top is not None and r.step == top] if steps else []
+        number, collective = 0, None
+        if len(waiting) == len(ranks):
+            waiting = []  # all at the same step, none in a collective: nobody waits on a rank
+    waited_for = [r for r in ranks if r not in waiting] if waiting else []
+    return TrainingStall(
+        seconds=(now_ns - last) / 1e9,
+        waiting=tuple(sorted(r.global_rank for r in waiting)),
+        waited_for=tuple(sorted(r.global_rank for r in waited_for)),
+        collective=collective,
+        number=number,
+    )
+
+
+def describe_training_stall(attributes: SpanAttributes) -> str:
+    """The body of a training stall report, from its attributes: "stalled 62 s in training:
+    global ranks 0 wait in all_reduce #7; waiting for global rank 1 (in sleep at train.py:42)"."""
+    seconds = attributes.get(A.STALLED_SECONDS, 0)
+    text = f"stalled {float(seconds):.0f} s in training" if _is_number(seconds) else "stalled"
+    waiting = attributes.get(A.STALLED_WAITING)
+    collective = attributes.get(A.STALLED_COLLECTIVE)
+    if waiting and collective:
+        number = attributes.get(A.STALLED_COLLECTIVE_NUMBER)
+        which = f" #{number}" if number else ""
+        text += f": global ranks {waiting} wait in {collective}{which}"
+    ranks = attributes.get(A.STALLED_RANKS)
+    frame = attributes.get(A.STACK_FRAME)
+    if ranks:
+        text += f"; waiting for global rank {ranks}"
+        text += f" (in {frame})" if frame else ""
+    elif waiting:
+        text += "; waiting for ranks on other nodes"
+    else:
+        text += "; no rank is in a collective"
+    return text
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

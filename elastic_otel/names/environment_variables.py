@@ -124,6 +124,11 @@ ELASTIC_OTEL_WORKER_STARTUP = "ELASTIC_OTEL_WORKER_STARTUP"
 """``false``: the instrumented agent starts its workers as torch does, without the worker-side
 start-up (:mod:`elastic_otel.worker.startup`) that reports a crashed worker's Python stack and
 an uncaught exception's type (default ``true``)."""
+ELASTIC_OTEL_STACK_SIGNAL = "ELASTIC_OTEL_STACK_SIGNAL"
+"""The signal on which a worker appends all its threads' Python stacks to its stacks file,
+for its agent to ask while the job hangs: ``SIGUSR1``, ``SIGUSR2`` or a real-time signal, by
+name (``SIGRTMIN+3``) or number (default ``SIGRTMIN+3``, which nothing else uses); ``none``
+(or anything else) arms none. A signal the worker already handles is left alone."""
 ELASTIC_OTEL_WORKER_REPORTS = "ELASTIC_OTEL_WORKER_REPORTS"
 """Set by the agent for the worker start-up, removed by it from the worker's own environment
 (its children do not inherit it): ``1`` asks it to write its reports beside the worker's
@@ -141,6 +146,8 @@ worker's error file."""
 WORKER_ERROR_FILE = "elastic_otel_error.json"
 """The worker start-up's record of an uncaught exception (type, message, traceback, time),
 beside the worker's error file."""
+WORKER_PROGRESS_FILE = "elastic_otel_progress.bin"
+WORKER_STACKS_FILE = "elastic_otel_stacks.log"
 
 # --- OTLP JSON file exporters (elastic_otel.emit.otlp_json) ---------------------------------------
 

@@ -417,3 +417,26 @@ def _last_lines(lines: list[str], limit: int) -> str:
         return _first_lines(lines[-1] if lines else "", limit)
     before = len(lines) - len(kept)
     return (f"... {before} lines omitted ...\n" if before else "") + "".join(reversed(kept))
+
+
+_FRAME = re.compile(r'^\s+File "(?P<path>[^"]*)", line (?P<line>\d+) in (?P<function>.+)$')
+_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-fA-F]+")
+
+
+def main_thread_frame(dump: str) -> str | None:
+    """The innermost frame of the main thread in a ``faulthandler`` dump of all threads, as
+    "sleep at train.py:42" (``None`` when there is none). faulthandler does not say which
+    thread is the main one: it is the one whose outermost frame is the script's ``<module>``,
+    else the first listed."""
+    threads: list[list[re.Match[str]]] = []
+    for line in dump.splitlines():
+        if _THREAD.match(line):
+            threads.append([])
+        elif threads and (frame := _FRAME.match(line)):
+            threads[-1].append(frame)
+    threads = [frames for frames in threads if frames]
+    if not threads:
+        return None
+    main = next((t for t in threads if t[-1]["function"] == "<module>"), threads[0])
+    inner = main[0]
+    return f"{inner['function']} at {os.path.basename(inner['path'])}:{inner['line']}"

@@ -1,14 +1,16 @@
-"""The worker start-up: what a worker leaves behind when it dies, for its agent to report.
+"""The worker start-up: what a worker leaves for its agent to report, when it dies or hangs.
 
 torch's agent learns only an exit code or a signal number when a worker dies, and torch keeps
 no worker stderr unless asked to: a segfault in an extension, an ``abort()`` from C++ or an
-uncaught exception in a script without ``@record`` says nothing more. So the instrumented agent
+uncaught exception in a script without ``@record`` says nothing more; a worker that hangs says
+nothing at all. So the instrumented agent
 (:mod:`elastic_otel.integration.agent_instrumentation`) puts this package's ``worker/site``
 directory first on each worker's ``PYTHONPATH``; its ``sitecustomize`` calls :func:`start`
 before the training script runs a line, then chains to the next ``sitecustomize`` on the path
 (``opentelemetry-instrument``'s). The reports are files in the worker's private error-file
-directory (``TORCHELASTIC_ERROR_FILE``), not telemetry: a dying process cannot export, and the
-agent, which outlives it, reads them (:mod:`elastic_otel.parsing.worker_reports`).
+directory (``TORCHELASTIC_ERROR_FILE``), not telemetry: a dying or stuck process cannot export,
+and the agent, which outlives it, reads them (:mod:`elastic_otel.parsing.worker_reports`,
+:mod:`elastic_otel.parsing.worker_progress`).
 
 * The start-up is for the worker process alone: it first puts the worker's own ``PYTHONPATH``
   back and removes its variables, so the worker's children (DataLoader workers, subprocesses)
@@ -16,7 +18,8 @@ agent, which outlives it, reads them (:mod:`elastic_otel.parsing.worker_reports`
   watches, so the program it becomes runs the start-up again (``torchrun --no-python
   opentelemetry-instrument python train.py``: the launcher execs the script).
 * Each feature is a function of its own, tried on its own: one that fails leaves the others,
-  and the worker runs as it would without the start-up. Nothing is printed.
+  and the worker runs as it would without the start-up. Nothing is printed. All of it is off
+  when the agent runs with ``ELASTIC_OTEL_WORKER_STARTUP=false``.
 * Fatal signals: ``faulthandler`` into
   :data:`~elastic_otel.names.environment_variables.WORKER_FAULT_FILE`, all threads. When
   ``faulthandler`` is already on (``PYTHONFAULTHANDLER``, ``-X faulthandler``) that choice wins
@@ -27,6 +30,19 @@ agent, which outlives it, reads them (:mod:`elastic_otel.parsing.worker_reports`
 * Uncaught exceptions: a chained ``sys.excepthook`` writes
   :data:`~elastic_otel.names.environment_variables.WORKER_ERROR_FILE` (type, message, whole
   traceback, time; bounded, written atomically), then calls the previous hook.
+* Stacks on request: ``faulthandler.register`` appends every thread's Python stack to
+  :data:`~elastic_otel.names.environment_variables.WORKER_STACKS_FILE` when the worker gets
+  ``ELASTIC_OTEL_STACK_SIGNAL`` (default ``SIGRTMIN+3``; ``none`` turns it off), also while
+  its main thread is blocked in C (a collective, a ``sleep``): the handler runs in C, needs no
+  GIL, no ptrace and no debugger. A signal the worker already handles or ignores is left
+  alone. Forked children keep the handler, writing to ``/dev/null``: a stray signal must not
+  kill them.
+* Progress: :mod:`elastic_otel.worker.progress` keeps
+  :data:`~elastic_otel.names.environment_variables.WORKER_PROGRESS_FILE` up to date from the
+  training thread (which collective it is in and since when, how many it did, its last
+  ``elastic_otel.mark_step``), with the stack signal armed above: the agent signals only a
+  worker whose record names one, since an unhandled real-time signal kills the process. The
+  collectives are wrapped by a one-shot import hook, as torch imports ``distributed_c10d``.
 
 Only ``os`` and ``sys`` are imported up front: a process that is not a worker pays nothing.
 """
@@ -50,6 +66,20 @@ TRACEBACK_LIMIT = 32768
 """Bytes of an exception's traceback kept in the report (its innermost frames)."""
 
 _worker_pid: list[int] = []  # the process start() armed: its forked children are not the worker
+_stack_signal: list[int] = []  # the signal armed for stack dumps, for the progress record
+
+DEFAULT_STACK_SIGNAL = "SIGRTMIN+3"
+"""``ELASTIC_OTEL_STACK_SIGNAL``'s default: a real-time signal, which no library of a training
+job uses (glibc keeps the two below ``SIGRTMIN`` for itself)."""
+C10D_MODULE = "torch.distributed.distributed_c10d"
+DISTRIBUTED_MODULE = "torch.distributed"
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 
 def start() -> None:
@@ -131,10 +161,15 @@ def _record_fatal_signals(directory: str) -> None:
     # A descriptor, not a file object: nothing can close it behind faulthandler's back. It is
     # not inherited across exec (os.open's default).
     faulthandler.enable(fd, all_threads=True)
+    # A forked child (a DataLoader worker) inherits the handler and the descriptor; its crash
+    # must not read as the worker's. Without the start-up it would print nothing.
+    _silence_in_children(fd)
 
-    def silence_in_child() -> None:
-        # A forked child (a DataLoader worker) inherits the handler and the descriptor; its
-        # crash must not read as the worker's. Without the start-up it would print nothing.
+
+def _silence_in_children(fd: int) -> None:
+    """In a forked child, ``fd`` (one of the worker's report files) writes to ``/dev/null``."""
+
+    def silence() -> None:
         try:
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, fd, inheritable=False)
@@ -142,7 +177,7 @@ def _record_fatal_signals(directory: str) -> None:
         except OSError:
             pass
 
-    os.register_at_fork(after_in_child=silence_in_child)
+    os.register_at_fork(after_in_child=silence)
 
 
 # --- uncaught exceptions -------------------------------------------------------------------------
@@ -278,6 +313,153 @@ def _follow_exec(directory: str) -> None:
     os.execve = execve  # type: ignore[assignment]
 
 
-FEATURES = (_record_fatal_signals, _record_uncaught_exceptions, _follow_exec)
+# --- stacks on request ---------------------------------------------------------------------------
+
+
+def parse_stack_signal(value: str | None) -> int | None:
+    """The signal ``ELASTIC_OTEL_STACK_SIGNAL`` names (unset or empty: the default):
+    ``SIGUSR1``, ``SIGUSR2`` or a real-time signal, by name (``SIGRTMIN+3``, ``RTMAX-1``, any
+    case) or number; ``None`` for ``none`` and for anything else: a signal that stops, kills or
+    that torch uses (``SIGTERM``) must keep its meaning."""
+    import signal
+
+    text = (value or "").strip().upper() or DEFAULT_STACK_SIGNAL
+    usr = {"USR1": int(signal.SIGUSR1), "USR2": int(signal.SIGUSR2)}
+    rt_min = int(getattr(signal, "SIGRTMIN", 0))
+    rt_max = int(getattr(signal, "SIGRTMAX", -1))  # none on macOS: no real-time signal
+    name = text.removeprefix("SIG")
+    number: int | None = usr.get(name)
+    if text.isdigit():
+        number = int(text)
+    elif name.startswith(("RTMIN", "RTMAX")):
+        start = rt_min if name.startswith("RTMIN") else rt_max
+        sign, offset = name[5:6], name[6:].strip()
+        if not sign:
+            number = start
+        elif sign in "+-" and offset.isdigit():
+            number = start + int(offset) if sign == "+" else start - int(offset)
+    if number in usr.values() or (number is not None and rt_min <= number <= rt_max):
+        return number
+    return None
+
+
+def _dump_stacks_on_signal(directory: str) -> None:
+    """``faulthandler.register``: every thread's stack appended to the stacks file on the
+    stack signal (see the module docstring)."""
+    import faulthandler
+    import signal
+
+    from elastic_otel.names import environment_variables as env
+
+    number = parse_stack_signal(os.environ.get(env.ELASTIC_OTEL_STACK_SIGNAL))
+    if number is None or signal.getsignal(number) is not signal.SIG_DFL:
+        return  # none asked for, or the worker's own (None: a handler set outside Python)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(os.path.join(directory, env.WORKER_STACKS_FILE), flags, 0o600)
+    try:
+        # chain=False: the default action of a real-time signal is to terminate.
+        faulthandler.register(number, file=fd, all_threads=True, chain=False)
+    except BaseException:
+        os.close(fd)
+        raise
+    _silence_in_children(fd)
+    _stack_signal[:] = [number]
+
+
+# --- progress ------------------------------------------------------------------------------------
+
+
+def _record_progress(directory: str) -> None:
+    """The progress record, and the collectives wrapped as torch imports them (see the module
+    docstring and :mod:`elastic_otel.worker.progress`)."""
+    from elastic_otel.names import environment_variables as env
+    from elastic_otel.worker import progress
+
+    path = os.path.join(directory, env.WORKER_PROGRESS_FILE)
+    progress.arm(path, _stack_signal[0] if _stack_signal else 0)
+    c10d = sys.modules.get(C10D_MODULE)
+    if c10d is not None:  # imported before the start-up ran (by a sitecustomize of its own)
+        progress.wrap_collectives(c10d, sys.modules.get(DISTRIBUTED_MODULE))
+    else:
+        sys.meta_path.insert(0, _CollectivesFinder())
+
+
+class _CollectivesFinder:
+    """A one-shot ``sys.meta_path`` finder for ``distributed_c10d``: the spec the other finders
+    give, with a loader that wraps the collectives once the module has run, before
+    ``torch.distributed`` copies them (``from .distributed_c10d import *``). It leaves the path
+    when that loader runs: a spec asked for and not loaded (``importlib.util.find_spec``) must
+    not use it up."""
+
+    def __init__(self) -> None:
+        self.searching = False  # the other finders may ask the import system again
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if name != C10D_MODULE or self.searching:
+            return None
+        self.searching = True
+        try:
+            spec = None
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is not self and find is not None:
+                    spec = find(name, path, target)
+                    if spec is not None:
+                        break
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return None  # the import goes on as without us, and finds what we found
+            spec.loader = _CollectivesLoader(spec.loader, self)
+            return spec
+        except Exception:
+            return None
+        finally:
+            self.searching = False
+
+    def leave(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+
+class _CollectivesLoader:
+    """``distributed_c10d``'s own loader, and its collectives wrapped once it has run. The
+    module keeps its own loader: nothing of ours shows after."""
+
+    def __init__(self, loader: Loader, finder: _CollectivesFinder) -> None:
+        self.loader = loader
+        self.finder = finder
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.finder.leave()
+        try:
+            self.loader.exec_module(module)
+        finally:
+            if module.__spec__ is not None and module.__spec__.loader is self:
+                module.__spec__.loader = self.loader
+            if getattr(module, "__loader__", None) is self:
+                module.__loader__ = self.loader
+        try:
+            from elastic_otel.worker import progress
+
+            progress.wrap_collectives(module)
+        except Exception:
+            pass  # unrecorded collectives, as without the start-up
+
+    def __getattr__(self, name: str) -> object:
+        # get_source, get_filename, is_package...: asked of the module's loader while it runs.
+        return getattr(self.loader, name)
+
+
+FEATURES = (
+    _record_fatal_signals,
+    _record_uncaught_exceptions,
+    _follow_exec,
+    _dump_stacks_on_signal,
+    _record_progress,
+)
 """What :func:`start` arms in a worker, in order, each on its own: a function of torch's
-error-file directory. A new feature (live stack dumps on request) is one more function here."""
+error-file directory. The stack signal comes before the progress record, which names it."""

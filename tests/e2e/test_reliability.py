@@ -208,7 +208,9 @@ def test_signal_to_agent_delivers_final_events(sig, grpc_receiver: OtlpReceiver,
         ),
     )
     for span in spans:
-        assert span["status_code"] == "ERROR"
+        # the agent's round is an error; its workers were running: victims, not errors
+        expected = "ERROR" if span["name"] == A.SPAN_RDZV_MEMBER else "UNSET"
+        assert span["status_code"] == expected, span["name"]
         assert str(signal.Signals(sig).value) in span["attributes"][A.END_REASON]
     names = {s["name"] for s in spans}
     assert names >= {A.SPAN_WORKER, A.SPAN_RDZV_MEMBER}
@@ -254,7 +256,7 @@ def test_forked_children_do_not_deadlock(grpc_receiver: OtlpReceiver, tmp_path) 
         "    pid = os.fork()\n"
         "    if pid == 0:\n"
         "        rec(f'child{c}', 10)\n"
-        "        elastic_otel.flush(5)\n"
+        "        elastic_otel.flush(30)\n"  # a bound: two cores may run three jobs
         "        os._exit(0)\n"
         "    pids.append(pid)\n"
         "for pid in pids:\n"
@@ -271,7 +273,7 @@ def test_forked_children_do_not_deadlock(grpc_receiver: OtlpReceiver, tmp_path) 
     )
     assert done.returncode == 0, done.stderr[-3000:]
     counts = grpc_receiver.wait_until(
-        lambda: (c := seqs(grpc_receiver)) and len(c) >= 20050 and c, 20
+        lambda: (c := seqs(grpc_receiver)) and len(c) >= 20050 and c, 60
     )
     for c in range(4):
         assert {counts[f"child{c}-{i}"] for i in range(10)} == {1}

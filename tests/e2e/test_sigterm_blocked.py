@@ -260,6 +260,9 @@ def test_sigterm_in_the_exit_barrier_keeps_torchruns_exit_code(
 # (with a handler), and its own SIGINT: only the last concerns this process's spans.
 FORK_AND_SIGNALS = """\
 import os, signal, sys, time
+# Python's own SIGINT handling, even when pytest runs as a shell's background job (which
+# starts it with SIGINT ignored, inherited here)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import elastic_otel
 from torch.distributed.elastic import events
 from torch.distributed.elastic.events import NodeState, RdzvEvent

@@ -734,6 +734,142 @@ def test_dashboard_metric_names_are_the_ones_the_bridge_exports():
     assert _prometheus_name(A.METRIC_WORKER_FAILURES, "counter", "{failure}") in joined
 
 
+# --------------------------------------------------------------------------- alert rules
+
+ALERTING_DIR = GRAFANA_DIR / "provisioning" / "alerting"
+ALERTING_FILE = ALERTING_DIR / "torchelastic-stalls.yaml"
+EXPRESSIONS_UID = "__expr__"  # Grafana's server-side expressions (reduce, threshold, math)
+
+
+def _alert_rules() -> list[dict]:
+    config = load_yaml(ALERTING_FILE)
+    assert config["apiVersion"] == 1
+    rules = []
+    for group in config["groups"]:
+        assert group["name"] and group["folder"], "Grafana refuses a group without name/folder"
+        assert re.fullmatch(r"\d+[smh]", group["interval"]), group["interval"]
+        rules += group["rules"]
+    assert rules
+    return rules
+
+
+def _prometheus_queries(rule: dict) -> list[str]:
+    uids = _datasource_uids()
+    return [
+        q["model"]["expr"] for q in rule["data"] if uids.get(q["datasourceUid"]) == "prometheus"
+    ]
+
+
+def _stall_gauge() -> tuple[str, str, dict]:
+    """(name, unit, attributes of a training stall) of the gauge the bridge registers."""
+    from opentelemetry.metrics import CallbackOptions
+
+    from elastic_otel.emit import bridge_health
+    from elastic_otel.model.stalls import TRAINING
+
+    gauges = []
+
+    class Meter:
+        def __getattr__(self, name: str):
+            return lambda *args, **kw: gauges.append(args) if name.endswith("_gauge") else None
+
+    bridge_health.observe(Meter(), lambda: {}, lambda: {TRAINING: 62.0})
+    [(name, [callback], unit)] = gauges
+    [observation] = callback(CallbackOptions())
+    assert observation.value == 62.0
+    return name, unit, dict(observation.attributes)
+
+
+def _label(attribute: str) -> str:
+    """A metric attribute as a Prometheus label (the collector replaces what is not allowed)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", attribute)
+
+
+def test_alert_rules_are_provisioned():
+    """Grafana reads the mounted directory; every rule is one it accepts, on provisioned data
+    sources, its condition and expressions pointing at queries of the rule."""
+    targets = {target: source for source, target in bind_mounts(_grafana_services()["grafana"])}
+    mounted = (GRAFANA_DIR / targets["/etc/grafana/provisioning/alerting"]).resolve()
+    assert mounted == ALERTING_DIR.resolve() and ALERTING_FILE.is_file()
+    uids = _datasource_uids()
+    rules = _alert_rules()
+    assert len({r["uid"] for r in rules}) == len(rules), "duplicate rule uid"
+    for rule in rules:
+        assert re.fullmatch(r"[a-zA-Z0-9_-]{1,40}", rule["uid"]), rule["uid"]
+        assert rule["title"] and rule["for"] == "1m"
+        assert rule["noDataState"] in {"OK", "NoData", "Alerting", "KeepLast"}
+        assert rule["execErrState"] in {"OK", "Error", "Alerting", "KeepLast"}
+        refs = [q["refId"] for q in rule["data"]]
+        assert len(refs) == len(set(refs)) and rule["condition"] in refs
+        for query in rule["data"]:
+            uid = query["datasourceUid"]
+            assert uid == EXPRESSIONS_UID or uid in uids, f"{rule['uid']}: datasource {uid!r}"
+            assert query["model"]["refId"] == query["refId"]
+            if uid == EXPRESSIONS_UID:
+                assert query["model"]["expression"] in refs
+            else:
+                assert query["relativeTimeRange"]["from"] > 0
+
+
+def test_alert_rules_query_the_stall_gauge_the_bridge_exports():
+    """The rules watch ``torchelastic.stalled.seconds`` under the name Prometheus gives it (the
+    collector adds the unit's suffix only when the name does not end with it): training stalls
+    alone, and every kind of wait; firing above 0 s."""
+    from elastic_otel.model.stalls import TRAINING
+
+    name, unit, attributes = _stall_gauge()
+    assert (name, unit) == (A.METRIC_STALLED_SECONDS, "s")
+    metric = _label(name)
+    if not metric.endswith("_seconds"):
+        metric += "_seconds"
+    assert metric == "torchelastic_stalled_seconds"
+    kind = _label(A.STALLED_IN)
+    assert attributes == {A.STALLED_IN: TRAINING} and kind == "torchelastic_stalled_in"
+    matchers = []
+    for rule in _alert_rules():
+        [expr] = _prometheus_queries(rule)
+        assert re.search(rf"\b{metric}\b", expr), (rule["uid"], expr)
+        matchers.append(f'{kind}="{TRAINING}"' in expr)
+        thresholds = [q["model"] for q in rule["data"] if q["refId"] == rule["condition"]]
+        [[condition]] = [t["conditions"] for t in thresholds]
+        assert thresholds[0]["type"] == "threshold"
+        assert condition["evaluator"] == {"type": "gt", "params": [0]}
+        if not matchers[-1]:
+            assert re.search(rf"by \([^)]*\b{kind}\b", expr), "one alert per kind of wait"
+    assert sorted(matchers) == [False, True]  # training alone, and any kind
+
+
+def test_alert_annotations_link_to_the_stall_records():
+    """The gauge has no rank: the annotations point at the Loki records that name the ranks,
+    and use only labels the query keeps. Grafana would expand ``${...}`` from its environment."""
+    from urllib.parse import parse_qs
+
+    from elastic_otel.model.stalls import STALL_EVENT_NAME
+
+    uids = _datasource_uids()
+    event = f'{_label(A.EVENT_NAME)}="{STALL_EVENT_NAME}"'
+    for rule in _alert_rules():
+        notes = rule["annotations"]
+        [expr] = _prometheus_queries(rule)
+        [kept] = re.findall(r"by \(([^)]*)\)", expr)
+        labels = {label.strip() for label in kept.split(",")}
+        for text in notes.values():
+            assert "${" not in text and text.count("{{") == text.count("}}")
+            for label in re.findall(r"\$labels\.(\w+)", text):
+                assert label in labels, (rule["uid"], label)
+        assert event in notes["stalled_ranks_query"]
+        assert f"{_label(A.STALLED_RANKS)}!=" in notes["stalled_ranks_query"]
+        assert event in notes["node_reports_query"]
+        assert "$labels.instance" in notes["node_reports_query"]
+        url = urlsplit(notes["logs_url"])
+        assert (url.hostname, url.port, url.path) == ("localhost", 3000, "/explore")
+        [pane] = json.loads(parse_qs(url.query)["panes"][0]).values()
+        [query] = pane["queries"]
+        assert uids[query["datasource"]["uid"]] == "loki" == query["datasource"]["type"]
+        assert query["expr"] == notes["stalled_ranks_query"]
+        assert "ranks" in notes["description"]
+
+
 # --------------------------------------------------------------------------- README
 
 

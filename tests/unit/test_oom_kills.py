@@ -53,4 +53,3 @@ def test_nothing_is_claimed_where_the_kernel_does_not_count(tmp_path: Path) -> N
     assert oom_kill_count(proc, root) is None
     assert oom_kill_count(str(tmp_path / "no-such-file"), root) is None
     assert parse_oom_kill("oom_kill many\n") is None
-

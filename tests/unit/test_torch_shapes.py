@@ -121,6 +121,33 @@ def test_shape_check_agrees_with_the_table(monkeypatch: pytest.MonkeyPatch) -> N
     assert (found == "") == (table == []), (found, table)
 
 
+def _shaped_like(shape: dict[str, tuple[str, ...]], keys: tuple[str, ...]) -> dict[str, type]:
+    """Stand-in classes whose methods take the parameters ``shape`` records for ``keys``."""
+    methods: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        owner, name = key.split(".")
+        namespace: dict[str, Any] = {}
+        if shape[key] != ("<missing>",):
+            exec(f"def {name}({', '.join(shape[key])}): pass", namespace)
+        methods.setdefault(owner, {}).update(namespace)
+    return {owner: type(owner, (), body) for owner, body in methods.items()}
+
+
+def test_shape_check_agrees_with_every_recorded_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_shape_problem``, run on stand-ins shaped like each release in the table, refuses
+    exactly the releases whose recorded signatures the table says the wrappers cannot take."""
+    _installed()
+    shape_problem = agent_instrumentation._shape_problem
+    targets = _targets(monkeypatch)
+    checked = (*WRAPPED, "SimpleElasticAgent._construct_event")
+    for version, shape in SHAPES.items():
+        fakes = _shaped_like(shape, checked)
+        faked = [(fakes[cls.__name__], name, wrap, arity) for cls, name, wrap, arity in targets]
+        found = shape_problem(fakes["SimpleElasticAgent"], faked)
+        table = [p for p in problems(shape) if p.startswith(checked)]
+        assert (found == "") == (table == []), (version, found, table)
+
+
 # --- the table itself (no torch needed) ---------------------------------------------------------
 
 

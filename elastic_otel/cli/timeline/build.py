@@ -8,11 +8,16 @@ root cause across nodes: the earliest worker that failed on its own (global rank
 type, exit code, OOM kill, message), then, each with its delay after it, the workers on any
 node that died of it (peer failures, workers their agent stopped) and any other worker that
 failed on its own (an independent failure); :func:`~elastic_otel.cli.timeline.summary.failures`
-is the analysis. Each node's recovery into a round (``agent.recovery`` and its phases) is kept
-on the node's row, for the HTML page to draw. Without rendezvous spans (a replayed ``console``
-log has none) rounds fall back to the traces the agents' events produced, and nodes to the
-emitting process. Above the rounds, a summary per run says where the job's time went and what
-each failure and job restart cost (:mod:`elastic_otel.cli.timeline.summary`).
+is the analysis. A round whose training hung lists its stalls, joined across nodes from their
+``torchelastic.stalled`` reports (:func:`~elastic_otel.cli.timeline.summary.stalls`): the rank
+waited for, on which node and in which frame, the ranks that wait for it, and the innermost
+frame of every rank whose stacks were taken; the agents' own waits (join, exit barrier,
+stopping workers) in a line each. Each node's recovery into a round (``agent.recovery`` and its
+phases) is kept on the node's row, for the HTML page to draw. Without rendezvous spans (a
+replayed ``console`` log has none) rounds fall back to the traces the agents' events produced,
+and nodes to the emitting process. Above the rounds, a summary per run says where the job's
+time went, what each failure and job restart cost, and what stalled
+(:mod:`elastic_otel.cli.timeline.summary`).
 
 :func:`build_timeline` builds the model, :func:`render_text` the terminal table;
 :mod:`elastic_otel.cli.timeline.html` renders the same model as one HTML page.
@@ -32,12 +37,16 @@ from elastic_otel.cli.timeline.summary import (
     Failure,
     Recovery,
     RunSummary,
+    Stall,
     consequence_text,
     error_message,
+    frame_lines,
     instance_id,
     node_name,
     render_summary,
     root_cause_line,
+    stall_line,
+    stalls,
     summarize,
 )
 from elastic_otel.model.snapshots import HEARTBEAT
@@ -128,6 +137,7 @@ class Round:
     restart_note: str = ""  # why this round exists: a restart after a failure, a new member
     outcome: str = ""
     failure: Failure | None = None  # its root cause and the failures that followed it
+    stalls: list[Stall] = field(default_factory=list)  # training stalls, agents' waits
 
     @property
     def start_ns(self) -> int:
@@ -194,6 +204,7 @@ def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline
     for rnd in rounds:
         traces = {w.trace_id for n in rnd.nodes for w in n.workers}
         rnd.failure = next((failures[t] for t in sorted(traces) if t in failures), None)
+    _add_stalls(spans, logs, builder, rounds, runs)
     times = [s["start_ns"] for s in spans] + [s["end_ns"] for s in spans]
     times += [r["time_ns"] for r in logs if r.get("time_ns")]
     times = [t for t in times if t]
@@ -201,6 +212,46 @@ def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline
     timeline.errors = _errors(logs, builder)
     timeline.runs = runs
     return timeline
+
+
+def _add_stalls(
+    spans: list[Item],
+    logs: list[Item],
+    builder: _Builder,
+    rounds: list[Round],
+    runs: list[RunSummary],
+) -> None:
+    """Join the stall reports per round and hand each stall to its round and its run. A
+    report is on its node's span; without one (no rendezvous spans) its process names it."""
+    by_instance = {
+        instance_id(s): builder.span_node[s["span_id"]]
+        for s in spans
+        if s["span_id"] in builder.span_node and instance_id(s)
+    }
+    traces = {t: builder.rounds[key] for t, key in builder.trace_round.items()}
+    traces.update({key[2]: rnd for key, rnd in builder.rounds.items() if key[1] == "trace"})
+    numbers = {t: rnd.number for t, rnd in traces.items() if rnd.number is not None}
+    nodes = {t: [n.label for n in rnd.nodes] for t, rnd in traces.items()}
+
+    def node_of(record: Item) -> str:
+        label = builder.span_node.get(str(record.get("span_id", "")))
+        label = label or by_instance.get(instance_id(record))
+        if label:
+            return label
+        host = record.get("attributes", {}).get(A.HOST_NAME)
+        host = host or record.get("resource", {}).get(A.HOST_NAME)
+        return str(host or "?")
+
+    found = stalls(logs, node_of, numbers, nodes)
+    by_run = {run.run_id: run for run in runs}
+    shown = {id(rnd) for rnd in rounds}
+    for stall in found:
+        rnd = traces.get(stall.trace_id)
+        if rnd is not None and id(rnd) in shown:
+            rnd.stalls.append(stall)
+        run = by_run.get(stall.run_id)
+        if run is not None:
+            run.stalls.append(stall)
 
 
 def lost_spans(spans: list[Item], logs: list[Item]) -> list[Item]:
@@ -568,6 +619,8 @@ def render_text(timeline: Timeline, color: bool = False) -> str:
                 code = _RED if w.failed else (_YELLOW if w.state == "RESTARTED" else "")
                 rows.append((cells, code))
         lines += ["  " + line for line in _table(rows, paint)]
+        if rnd.stalls:
+            lines += ["", *("  " + line for s in rnd.stalls for line in stall_lines(s, rel, paint))]
         if rnd.failure is not None:
             lines += ["", *("  " + line for line in failure_lines(rnd.failure, rel, paint))]
     if timeline.errors:
@@ -590,6 +643,16 @@ def failure_lines(failure: Failure, rel: Any, paint: Any = lambda text, code: te
         when = "" if root is not None else f"at {rel(worker.end_ns)} "
         text = f"  {when}{consequence_text(failure, worker)}"
         lines.append(paint(text, _RED) if worker.kind == A.KIND_ROOT_CAUSE else text)
+    return lines
+
+
+def stall_lines(stall: Stall, rel: Any, paint: Any = lambda text, code: text) -> list[str]:
+    """A stall, from its start to its latest report, then the innermost frame of each rank."""
+    when = f" · from {rel(stall.start_ns)}, last reported at {rel(stall.end_ns)}"
+    lines = [paint(stall_line(stall), _YELLOW) + when]
+    for rank, node, frame, waited in frame_lines(stall):
+        text = f"  global rank {rank} on {node}: {frame}"
+        lines.append(paint(text + "  (waited for)", _YELLOW) if waited else text)
     return lines
 
 

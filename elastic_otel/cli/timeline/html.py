@@ -3,16 +3,19 @@
 Above the chart, the per-run summary as tables that wrap to the page's width (a 1400-pixel
 window shows all of it): the run's totals; each failure with its root cause across nodes, the
 workers that failed after it with their delays, the job restart it led to and its cost, and
-each node's recovery phase by phase; the nodes that held a round up.
+each node's recovery phase by phase; the nodes that held a round up; each stall, joined across
+nodes: what the ranks wait in, the rank they wait for with its innermost frame and its whole
+stacks (a ``<details>`` element), the ranks waiting, and the innermost frame of every rank.
 
 Rows are nodes in join order, grouped by round, each followed by its recoveries into the round
 and its workers. Bars are the join wait, the time in the round, the agent's rendezvous steps,
 each recovery with its phases as labelled segments (stop workers, rendezvous, assign ranks,
 start workers), and each worker run; failures are red (a peer's failure hatched), the root cause
-is named on its round and its worker, restarts are marked on the time axis, and hovering a bar
-shows its details. The chart's data is embedded as JSON and drawn by the script; script errors
-are written into the page (``#js-errors``) so that they are visible, also to a headless
-browser's ``--dump-dom``.
+is named on its round and its worker, restarts are marked on the time axis, a stall is marked
+at its start on the row of the rank waited for (the ranks waiting in it are underlined for its
+length; an agent's wait on its node's row), and hovering a bar shows its details. The chart's
+data is embedded as JSON and drawn by the script; script errors are written into the page
+(``#js-errors``) so that they are visible, also to a headless browser's ``--dump-dom``.
 """
 
 from __future__ import annotations
@@ -27,17 +30,23 @@ from elastic_otel.cli.timeline.summary import (
     Recovery,
     Restart,
     RunSummary,
+    Stall,
     cause_facts,
     cause_text,
     consequence_text,
     delay,
     ending_text,
     failure_text,
+    frame_lines,
     happenings,
+    ranks_text,
     recovery_text,
     restart_reason,
     seconds,
+    stall_line,
+    stall_text,
 )
+from elastic_otel.model.stalls import TRAINING
 from elastic_otel.names import attributes as A
 
 
@@ -74,6 +83,17 @@ def summary_html(runs: list[RunSummary], rel: Any) -> str:
         )
     out.append("</tbody></table>")
     for run in runs:
+        if run.stalls:
+            out += [
+                f'<table class="stalls"><caption>Stalls · run {e(run.run_id)} · '
+                f"{_stall_count(run)}</caption>"
+                '<colgroup><col class="c-at"><col class="c-round"><col class="c-stalled">'
+                '<col class="c-waited"><col class="c-waiting"><col class="c-frames"></colgroup>'
+                "<thead><tr><th>From</th><th>Round</th><th>Stalled</th><th>Waiting for</th>"
+                "<th>Waiting in it</th><th>Innermost frame per rank</th></tr></thead><tbody>",
+                *(_stall_row(stall, rel) for stall in run.stalls),
+                "</tbody></table>",
+            ]
         rows = [_happening_row(run, f, r, rel) for f, r in happenings(run)]
         if rows:
             out += [
@@ -98,6 +118,90 @@ def summary_html(runs: list[RunSummary], rel: Any) -> str:
                 )
             out.append("</tbody></table>")
     return "\n".join(out)
+
+
+def _stall_count(run: RunSummary) -> str:
+    """``1 in training, longest 62 s · 1 agent wait``."""
+    training = [s for s in run.stalls if s.kind == TRAINING]
+    parts = []
+    if training:
+        parts.append(
+            f"{len(training)} in training, longest {max(s.seconds for s in training):.0f} s"
+        )
+    others = len(run.stalls) - len(training)
+    if others:
+        parts.append(f"{others} agent wait{'s' if others > 1 else ''}")
+    return " · ".join(parts)
+
+
+def _stall_row(stall: Stall, rel: Any) -> str:
+    """A stall: what, whom the ranks wait for (frame and whole stacks), who waits, frames."""
+    e = html.escape
+    number = "" if stall.round is None else str(stall.round)
+    what = (
+        f'<b class="stalled">{e(stall_text(stall))}</b>'
+        f'<div class="facts">{e(stall.kind)} · last reported at {e(rel(stall.end_ns))}</div>'
+    )
+    waited, waiting, frames = "", "", ""
+    if stall.kind == TRAINING:
+        items = []
+        for rank, node in stall.waited_for:
+            item = f'<b class="waited">global rank {rank} on {e(node)}</b>'
+            frame = stall.frame(rank)
+            if frame:
+                item += f'<div class="frame">in {e(frame)}</div>'
+            stack = stall.stacks.get(rank)
+            if stack is not None and stack.stacks:
+                item += (
+                    f"<details><summary>stacks of global rank {rank} ({e(stack.reason)}, "
+                    f'{e(rel(stack.time_ns))})</summary><pre class="stack">{e(stack.stacks)}'
+                    "</pre></details>"
+                )
+            items.append(item)
+        if not items and stall.suspects:
+            items.append(
+                f'<b class="waited">a rank on {e(", ".join(stall.suspects))}</b>'
+                '<div class="frame">no rank of it waits in the collective</div>'
+            )
+        waited = "".join(f"<div>{item}</div>" for item in items)
+        waiting = e(ranks_text(stall.waiting)) if stall.waiting else "<i>no rank</i>"
+        frames = "".join(
+            f'<li class="{"waited" if named else ""}">global rank {rank} on {e(node)}: '
+            f"{e(frame)}</li>"
+            for rank, node, frame, named in frame_lines(stall)
+        )
+        frames = f"<ul>{frames}</ul>" if frames else ""
+    else:
+        waiting = e(", ".join(f"{r.node} {r.seconds:.0f} s" for r in stall.reports))
+    return (
+        f'<tr class="stall"><td>{e(rel(stall.start_ns))}</td><td>{e(number)}</td>'
+        f"<td>{what}</td><td>{waited}</td><td>{waiting}</td><td>{frames}</td></tr>"
+    )
+
+
+def _stall_marks(
+    rnd: Round, sec: Any
+) -> tuple[dict[tuple[str, int | None], list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    """What the chart marks of a round's stalls: per (node, global rank) of a worker, the
+    stalls it is waited for or waits in; per node, its agent's waits and the stalls that point
+    at it (no rank of it waits and no node names one)."""
+    workers: dict[tuple[str, int | None], list[dict[str, Any]]] = {}
+    nodes: dict[str, list[dict[str, Any]]] = {}
+    for stall in rnd.stalls:
+        base = {"start": sec(stall.start_ns), "end": sec(stall.end_ns), "text": stall_line(stall)}
+        if stall.kind != TRAINING:
+            for r in stall.reports:
+                mark = {**base, "role": "node", "start": sec(r.start_ns), "end": sec(r.time_ns)}
+                nodes.setdefault(r.node, []).append(mark)
+            continue
+        for rank, node in stall.waited_for:
+            mark = {**base, "role": "waited", "frame": stall.frame(rank)}
+            workers.setdefault((node, rank), []).append(mark)
+        for rank, node in stall.waiting:
+            workers.setdefault((node, rank), []).append({**base, "role": "waiting"})
+        for node in stall.suspects:
+            nodes.setdefault(node, []).append({**base, "role": "node"})
+    return workers, nodes
 
 
 def _happening_row(
@@ -206,7 +310,7 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
             "detail": b.detail,
         }
 
-    def worker(w: WorkerRow, roles: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    def worker(w: WorkerRow, roles: dict[str, tuple[str, str]], stalls: Any) -> dict[str, Any]:
         role, note = roles.get(w.span_id, ("", ""))
         return {
             "rank": w.global_rank,
@@ -221,9 +325,12 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
             "pid": w.pid,
             "role": role,
             "note": note,
+            "stalls": stalls,
         }
 
-    def node(n: NodeRow, roles: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    def node(n: NodeRow, rnd: Round) -> dict[str, Any]:
+        roles = _roles(rnd)
+        marks, node_marks = _stall_marks(rnd, sec)
         return {
             "label": n.label,
             "rank": n.rank,
@@ -231,7 +338,10 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
             "join": bar(n.join),
             "member": bar(n.member),
             "steps": [bar(s) for s in n.steps],
-            "workers": [worker(w, roles) for w in n.workers],
+            "workers": [
+                worker(w, roles, marks.get((n.label, w.global_rank), [])) for w in n.workers
+            ],
+            "stalls": node_marks.get(n.label, []),
             "recoveries": [recovery(r) for r in n.recoveries],
             "agent": (
                 {"state": n.agent_state, "end": sec(n.agent_end_ns), "message": n.agent_message}
@@ -257,7 +367,8 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
                 "root_cause": (
                     cause_text(r.failure.root) if r.failure and r.failure.root else None
                 ),
-                "nodes": [node(n, _roles(r)) for n in r.nodes],
+                "stalls": [stall_text(s) for s in r.stalls],
+                "nodes": [node(n, r) for n in r.nodes],
             }
             for r in timeline.rounds
         ],
@@ -398,6 +509,22 @@ header h1 { font-size: 18px; margin: 0 0 4px; }
 .bar.phase.assign_worker_ranks { background: #7e57c2; }
 .bar.phase.start_workers { background: #0f766e; }
 .bar.phase.other { background: #64748b; }
+#run-summary .stalled, #run-summary .waited, #run-summary li.waited { color: #b45309; }
+#run-summary details summary { cursor: pointer; color: #52606d; }
+#run-summary pre.stack { white-space: pre-wrap; overflow-wrap: anywhere; max-height: 320px;
+  overflow: auto; margin: 4px 0 0; padding: 6px 8px; background: #f5f7fa; font-size: 11px; }
+.stalls .c-at { width: 96px; }
+.stalls .c-round { width: 64px; }
+.stalls .c-stalled { width: 18%; }
+.stalls .c-waited { width: 30%; }
+.stalls .c-waiting { width: 16%; }
+.round-head .stall { color: #b45309; font-weight: 600; }
+.stall-band { position: absolute; top: 18px; height: 4px; z-index: 1;
+  background: repeating-linear-gradient(90deg, #d97706 0 6px, transparent 6px 9px); }
+.stall-band.waited { background: #d97706; }
+.stall-mark { position: absolute; top: 1px; height: 20px; z-index: 2; border-left: 3px solid
+  #b45309; padding: 0 4px; font-size: 9px; font-weight: 700; line-height: 12px; color: #fff;
+  background: #b45309; border-radius: 0 3px 3px 0; white-space: nowrap; }
 #tooltip { position: fixed; z-index: 10; max-width: 460px; background: #1f2933; color: #fff;
   padding: 8px 10px; border-radius: 5px; font-size: 12px; pointer-events: none;
   box-shadow: 0 4px 14px rgba(0,0,0,.25); white-space: pre-line; }
@@ -452,6 +579,26 @@ _JS = r"""
     return b;
   }
 
+  // A stall on a row: underlined for its length, and flagged at its start where the rank
+  // waited for (or the node an agent's wait is on) is.
+  function stallMarks(track, stalls, heading) {
+    (stalls || []).forEach(function (s) {
+      var lines = [s.text, secs(s.start) + " \u2192 " + secs(s.end) + " (" +
+                   dur(s.start, s.end) + ", the latest report)"];
+      if (s.frame) { lines.push("its innermost frame: " + s.frame); }
+      var band = el("div", "stall-band " + s.role);
+      band.style.left = pct(s.start);
+      band.style.width = "calc(" + pct(s.end - s.start) + " + 1px)";
+      tip(band, heading, lines);
+      track.appendChild(band);
+      if (s.role === "waiting") { return; }
+      var mark = el("div", "stall-mark", s.role === "waited" ? "STALLED: waited for" : "STALLED");
+      mark.style.left = pct(s.start);
+      tip(mark, heading, lines);
+      track.appendChild(mark);
+    });
+  }
+
   function row(cls, label) {
     var r = el("div", "row " + cls);
     var l = el("div", "label", label);
@@ -503,6 +650,13 @@ _JS = r"""
     key.appendChild(line);
     key.appendChild(document.createTextNode("restart / new round"));
     box.appendChild(key);
+    key = el("span", "key");
+    var flag = el("span", "swatch");
+    flag.style.background = "#b45309";
+    key.appendChild(flag);
+    key.appendChild(document.createTextNode(
+      "stall: from its start, on the rank waited for (the waiting ranks underlined)"));
+    box.appendChild(key);
   }
 
   function axis(box) {
@@ -549,6 +703,7 @@ _JS = r"""
           ["at " + secs(n.agent.end)].concat(n.agent.message ? [n.agent.message] : []));
       r.track.appendChild(m);
     }
+    stallMarks(r.track, n.stalls, "stalled \u00b7 " + n.label);
     box.appendChild(r.row);
     n.recoveries.forEach(function (rec) {
       var rr = row("recovery", "recovery \u00b7 " + rec.cause);
@@ -582,6 +737,7 @@ _JS = r"""
       var wb = bar(wr.track, w.state + (w.failed ? " failed" : "") + role, w.start, w.end,
                    "worker rank " + rank + " \u00b7 " + w.state, lines);
       if (w.role === "root") { wb.textContent = "ROOT CAUSE"; }
+      stallMarks(wr.track, w.stalls, "stalled \u00b7 worker rank " + rank + " \u00b7 " + n.label);
       box.appendChild(wr.row);
     });
   }
@@ -611,6 +767,10 @@ _JS = r"""
         h.track.appendChild(document.createTextNode(" \u00b7 "));
         h.track.appendChild(el("span", "root", "root cause: " + round.root_cause));
       }
+      round.stalls.forEach(function (text) {
+        h.track.appendChild(document.createTextNode(" \u00b7 "));
+        h.track.appendChild(el("span", "stall", "stalled: " + text));
+      });
       box.appendChild(h.row);
       if (round.note) { restarts.push([round, h.row]); }
       round.nodes.forEach(function (n) { nodeRows(box, n, round); });

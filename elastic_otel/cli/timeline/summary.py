@@ -19,7 +19,14 @@ Per run id, from the bridge's spans (and the training scripts' ``worker.first_st
   script marks its first step (the latest ``worker.first_step`` end in that trace). Each node's
   recovery keeps its phases (its child spans) and how long after the failure it noticed it;
 * **hold-ups**: per round with several nodes, the last node to join and how long after the
-  node before it: the time the others waited for it alone.
+  node before it: the time the others waited for it alone;
+* **stalls**, from the logs: the ``torchelastic.stalled`` reports of a round, joined across
+  nodes (:func:`stalls`). Each node sees only its own ranks: the one whose waiting ranks wait
+  for a local rank names it (``torchelastic.stalled.ranks``), the others only say that their
+  ranks wait. One stall is every node's latest report of waits that overlap in time; the rank
+  named by any node is the one waited for, with the innermost frame of each rank from the
+  workers' stack records (``elastic_otel.agent.worker_stacks``). Waits of the agents (join,
+  exit barrier, stopping workers) are joined the same way, per kind.
 
 Unions, not sums: nodes join and run side by side, and the wall clock is what a job pays.
 """
@@ -30,13 +37,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from elastic_otel.model.stalls import STALL_EVENT_NAME, TRAINING
 from elastic_otel.names import attributes as A
-from elastic_otel.names.torch_names import WorkerState
+from elastic_otel.names.torch_names import AGENT_STEP_PREFIX, WorkerState
 
 Item = dict[str, Any]
 Rel = Callable[[int], str]
 
 _KINDS = frozenset({A.KIND_ROOT_CAUSE, A.KIND_PEER_FAILURE, A.KIND_STOPPED})
+WORKER_STACKS_EVENT = AGENT_STEP_PREFIX + "worker_stacks"
+"""``event_name`` of a worker's stack record (its body: faulthandler's dump of all threads)."""
 
 
 @dataclass
@@ -151,6 +161,97 @@ class HoldUp:
 
 
 @dataclass
+class StallReport:
+    """One node's report of a wait (a ``torchelastic.stalled`` record): its latest of a stall."""
+
+    node: str
+    kind: str  # torchelastic.stalled.in
+    time_ns: int
+    seconds: float
+    waited_for: tuple[int, ...] = ()  # local global ranks its waiting ranks wait for
+    waiting: tuple[int, ...] = ()  # its global ranks waiting inside the collective
+    collective: str = ""
+    number: int | None = None  # which collective of the job (1: the first)
+    frame: str = ""  # innermost frame of the first rank waited for
+    run_id: str = ""
+    trace_id: str = ""
+
+    @property
+    def start_ns(self) -> int:
+        """When the wait began: no progress since (the report's time minus its seconds)."""
+        return self.time_ns - round(self.seconds * 1e9)
+
+
+@dataclass
+class RankStack:
+    """A worker's stacks as its agent took them (``elastic_otel.agent.worker_stacks``)."""
+
+    global_rank: int
+    node: str
+    frame: str  # innermost frame of its main thread
+    stacks: str  # faulthandler's dump of all its threads
+    reason: str  # training, stall, before_stop
+    time_ns: int
+
+
+@dataclass
+class Stall:
+    """One stall of a round, joined across nodes: every node's latest report of it."""
+
+    kind: str  # torchelastic.stalled.in (training, rendezvous.join, ...)
+    run_id: str
+    trace_id: str
+    reports: list[StallReport]  # one per node, in order of node
+    round: int | None = None
+    stacks: dict[int, RankStack] = field(default_factory=dict)  # by global rank
+    suspects: list[str] = field(default_factory=list)  # nodes none of whose ranks wait
+
+    @property
+    def start_ns(self) -> int:
+        return min(r.start_ns for r in self.reports)
+
+    @property
+    def end_ns(self) -> int:
+        """Its latest report: it lasted at least until then."""
+        return max(r.time_ns for r in self.reports)
+
+    @property
+    def seconds(self) -> float:
+        return max(r.seconds for r in self.reports)
+
+    @property
+    def waited_for(self) -> list[tuple[int, str]]:
+        """(global rank, node) of the ranks any node names as waited for, by rank."""
+        named = {rank: r.node for r in self.reports for rank in r.waited_for}
+        return sorted(named.items())
+
+    @property
+    def waiting(self) -> list[tuple[int, str]]:
+        """(global rank, node) of the ranks waiting inside the collective, by rank."""
+        found = {rank: r.node for r in self.reports for rank in r.waiting}
+        return sorted(found.items())
+
+    @property
+    def collective(self) -> tuple[str, int | None]:
+        """The collective the ranks wait in and its number: the latest any node reports."""
+        known = [r for r in self.reports if r.collective]
+        if not known:
+            return "", None
+        latest = max(known, key=lambda r: r.number or 0)
+        return latest.collective, latest.number
+
+    def frame(self, rank: int) -> str:
+        """The innermost frame of ``rank``: from its stacks, else as a report names it."""
+        stack = self.stacks.get(rank)
+        if stack is not None and stack.frame:
+            return stack.frame
+        for r in self.reports:
+            if r.waited_for and r.waited_for[0] == rank and r.frame:
+                return r.frame
+        return ""
+
+
+@dataclass
 class RunSummary:
     run_id: str
     start_ns: int
@@ -161,6 +262,7 @@ class RunSummary:
     failures: list[Failure] = field(default_factory=list)
     hold_ups: list[HoldUp] = field(default_factory=list)
     job_failed: bool = False  # an agent.run of the run ended FAILED
+    stalls: list[Stall] = field(default_factory=list)  # training stalls and agents' waits
 
     @property
     def wall_ns(self) -> int:
@@ -429,6 +531,146 @@ def _rank_key(rank: int | None) -> int:
     return rank if rank is not None else 1 << 30
 
 
+# --- stalls ---------------------------------------------------------------------------------
+
+
+def stalls(
+    logs: Iterable[Item],
+    node_of: Callable[[Item], str],
+    rounds: dict[str, int] | None = None,
+    round_nodes: dict[str, list[str]] | None = None,
+) -> list[Stall]:
+    """The stalls the ``torchelastic.stalled`` records report, joined per round (trace) and
+    kind across nodes, in order of start. ``node_of`` names a record's node; ``rounds`` maps a
+    trace to its round number, ``round_nodes`` to its nodes (to point at the nodes none of
+    whose ranks wait, when no node names the rank waited for)."""
+    rounds, round_nodes = rounds or {}, round_nodes or {}
+    by_node: dict[tuple[str, str, str, str], list[StallReport]] = {}
+    stacks: dict[tuple[str, int], list[RankStack]] = {}
+    for record in logs:
+        attrs = record.get("attributes", {})
+        name = record.get("event_name") or attrs.get(A.EVENT_NAME)
+        if name == STALL_EVENT_NAME:
+            report = _stall_report(record, node_of)
+            if report is not None:
+                key = (report.run_id, report.trace_id, report.kind, report.node)
+                by_node.setdefault(key, []).append(report)
+        elif name == WORKER_STACKS_EVENT:
+            stack = _rank_stack(record, node_of)
+            if stack is not None:
+                stacks.setdefault((str(record.get("trace_id", "")), stack.global_rank), []).append(
+                    stack
+                )
+    latest: dict[tuple[str, str, str], list[StallReport]] = {}
+    for (run_id, trace_id, kind, _), reports in by_node.items():
+        latest.setdefault((run_id, trace_id, kind), []).extend(_latest_per_stall(reports))
+    found = []
+    for (run_id, trace_id, kind), reports in latest.items():
+        for group in _overlapping(reports):
+            stall = Stall(kind, run_id, trace_id, group, rounds.get(trace_id))
+            if kind == TRAINING:
+                stall.stacks = _stacks_of(stall, stacks)
+                if not stall.waited_for:
+                    waiting = {r.node for r in group if r.waiting}
+                    stall.suspects = [n for n in round_nodes.get(trace_id, []) if n not in waiting]
+            found.append(stall)
+    found.sort(key=lambda s: (s.start_ns, s.kind != TRAINING, s.kind))
+    return found
+
+
+def _stall_report(record: Item, node_of: Callable[[Item], str]) -> StallReport | None:
+    attrs = record.get("attributes", {})
+    seconds = attrs.get(A.STALLED_SECONDS)
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return None
+    return StallReport(
+        node=node_of(record),
+        kind=str(attrs.get(A.STALLED_IN, "") or "?"),
+        time_ns=int(record.get("time_ns", 0)),
+        seconds=float(seconds),
+        waited_for=_ranks(attrs.get(A.STALLED_RANKS)),
+        waiting=_ranks(attrs.get(A.STALLED_WAITING)),
+        collective=str(attrs.get(A.STALLED_COLLECTIVE, "") or ""),
+        number=_int(attrs.get(A.STALLED_COLLECTIVE_NUMBER)),
+        frame=str(attrs.get(A.STACK_FRAME, "") or ""),
+        run_id=str(attrs.get(A.RUN_ID, "") or ""),
+        trace_id=str(record.get("trace_id", "") or ""),
+    )
+
+
+def _rank_stack(record: Item, node_of: Callable[[Item], str]) -> RankStack | None:
+    attrs = record.get("attributes", {})
+    rank = _int(attrs.get(A.GLOBAL_RANK))
+    if rank is None:
+        return None
+    return RankStack(
+        global_rank=rank,
+        node=node_of(record),
+        frame=str(attrs.get(A.STACK_FRAME, "") or ""),
+        stacks=str(record.get("body", "") or ""),
+        reason=str(attrs.get(A.STACKS_REASON, "") or ""),
+        time_ns=int(record.get("time_ns", 0)),
+    )
+
+
+def _ranks(value: Any) -> tuple[int, ...]:
+    """``"0,2"`` → ``(0, 2)``; what is not a rank is left out."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,)
+    ranks = (_int(part.strip()) for part in str(value or "").split(","))
+    return tuple(sorted({r for r in ranks if r is not None}))
+
+
+def _latest_per_stall(reports: list[StallReport]) -> list[StallReport]:
+    """One node's reports of one kind → the latest of each stall. A report repeats the stall
+    before it unless its wait began after that one's time: progress came in between."""
+    reports = sorted(reports, key=lambda r: r.time_ns)
+    out: list[StallReport] = []
+    for report in reports:
+        if out and report.start_ns <= out[-1].time_ns:
+            out[-1] = report
+        else:
+            out.append(report)
+    return out
+
+
+def _overlapping(reports: list[StallReport]) -> list[list[StallReport]]:
+    """Nodes' stalls that overlap in time are one (each node once), ordered by node."""
+    groups: list[list[StallReport]] = []
+    end = 0
+    for report in sorted(reports, key=lambda r: (r.start_ns, r.node)):
+        group = groups[-1] if groups else None
+        if (
+            group is not None
+            and report.start_ns <= end
+            and report.node not in {r.node for r in group}
+        ):
+            group.append(report)
+            end = max(end, report.time_ns)
+        else:
+            groups.append([report])
+            end = report.time_ns
+    return [sorted(group, key=lambda r: r.node) for group in groups]
+
+
+def _stacks_of(
+    stall: Stall, stacks: dict[tuple[str, int], list[RankStack]]
+) -> dict[int, RankStack]:
+    """Per rank of the stall's round: its latest stacks taken while the stall was reported,
+    else the first taken after (its agent's ``before_stop``)."""
+    out = {}
+    for (trace_id, rank), taken in stacks.items():
+        if trace_id != stall.trace_id:
+            continue
+        during = [s for s in taken if stall.start_ns <= s.time_ns <= stall.end_ns]
+        after = [s for s in taken if s.time_ns > stall.end_ns]
+        if during:
+            out[rank] = max(during, key=lambda s: s.time_ns)
+        elif after:
+            out[rank] = min(after, key=lambda s: s.time_ns)
+    return dict(sorted(out.items()))
+
+
 # --- helpers the timeline shares ------------------------------------------------------------
 
 
@@ -578,6 +820,112 @@ def ending_text(run: RunSummary, failure: Failure) -> str:
     return "job failed" if run.job_failed and last else "no restart"
 
 
+def _global_ranks(n: int) -> str:
+    return "global rank" if n == 1 else "global ranks"
+
+
+def ranks_text(ranks: list[tuple[int, str]]) -> str:
+    """``0 (node-a), 2, 3 (node-b)``: global ranks in order, each node named after its last."""
+    parts: list[str] = []
+    run: list[str] = []
+    for i, (rank, node) in enumerate(ranks):
+        run.append(str(rank))
+        if i + 1 == len(ranks) or ranks[i + 1][1] != node:
+            parts.append(f"{', '.join(run)} ({node})")
+            run = []
+    return ", ".join(parts)
+
+
+def stall_what(stall: Stall) -> str:
+    """``62 s in all_reduce #4``; ``62 s in training`` when no rank is in a collective;
+    ``120 s in rendezvous.join`` for an agent's wait."""
+    collective, number = stall.collective
+    what = f"{collective} #{number}" if collective and number else collective or stall.kind
+    return f"{stall.seconds:.0f} s in {what}"
+
+
+def waited_for_text(stall: Stall, detail: bool = True) -> str:
+    """``waiting for global rank 1 on node-a (in hang at train.py:18)``; without ``detail``
+    neither node nor frame. With no rank named, the nodes none of whose ranks wait."""
+    named = stall.waited_for
+    if named:
+        items = []
+        for rank, node in named:
+            frame = stall.frame(rank) if detail else ""
+            text = f"{rank} on {node}" if detail else str(rank)
+            items.append(f"{text} (in {frame})" if frame else text)
+        return f"waiting for {_global_ranks(len(named))} {', '.join(items)}"
+    if stall.suspects:
+        return f"waiting for a rank on {', '.join(stall.suspects)}, where no rank waits in it"
+    if stall.waiting:
+        return "waiting for a rank no node names"
+    return ""
+
+
+def stall_text(stall: Stall) -> str:
+    """A stall in the run summary: ``62 s in all_reduce #4, waiting for global rank 1``; an
+    agent's wait: ``120 s in rendezvous.join on node-b``."""
+    if stall.kind != TRAINING:
+        return f"{stall_what(stall)} on {', '.join(r.node for r in stall.reports)}"
+    waited = waited_for_text(stall, detail=False)
+    return f"{stall_what(stall)}, {waited}" if waited else stall_what(stall)
+
+
+def stall_line(stall: Stall) -> str:
+    """A stall below its round: ``STALLED 62 s in all_reduce #4 (training): waiting for
+    global rank 1 on node-a (in hang at train.py:18); global ranks 0 (node-a), 2, 3 (node-b)
+    wait in it``. An agent's wait: ``STALLED in rendezvous.join: node-b 120 s, node-c 118 s``."""
+    if stall.kind != TRAINING:
+        nodes = ", ".join(f"{r.node} {r.seconds:.0f} s" for r in stall.reports)
+        return f"STALLED in {stall.kind}: {nodes}"
+    head = f"STALLED {stall_what(stall)}"
+    if stall.collective[0]:
+        head += f" ({stall.kind})"
+    parts = [waited_for_text(stall)]
+    waiting = stall.waiting
+    if waiting:
+        verb = "waits" if len(waiting) == 1 else "wait"
+        parts.append(f"{_global_ranks(len(waiting))} {ranks_text(waiting)} {verb} in it")
+    else:
+        parts.append("no rank is in a collective")
+    return f"{head}: {'; '.join(p for p in parts if p)}"
+
+
+def frame_lines(stall: Stall) -> list[tuple[int, str, str, bool]]:
+    """(global rank, node, innermost frame, waited for) per rank with a frame: the ranks waited
+    for first."""
+    named = dict(stall.waited_for)
+    nodes = {**{rank: s.node for rank, s in stall.stacks.items()}, **dict(stall.waiting), **named}
+    ranks = sorted(set(stall.stacks) | set(named), key=lambda r: (r not in named, r))
+    out = []
+    for rank in ranks:
+        frame = stall.frame(rank)
+        if frame:
+            out.append((rank, nodes.get(rank, "?"), frame, rank in named))
+    return out
+
+
+def stall_when(stall: Stall, rel: Rel) -> str:
+    """``round 0, from +1.249s``."""
+    where = f"round {stall.round}, " if stall.round is not None else ""
+    return f"{where}from {rel(stall.start_ns)}"
+
+
+def stall_summary_lines(run: RunSummary, rel: Rel) -> list[str]:
+    """``1 stall: 62 s in all_reduce #4, waiting for global rank 1 (round 0, from +1.249s)``,
+    then the agents' waits."""
+    training = [s for s in run.stalls if s.kind == TRAINING]
+    lines = []
+    if training:
+        n = len(training)
+        items = "; ".join(f"{stall_text(s)} ({stall_when(s, rel)})" for s in training)
+        lines.append(f"  {n} stall{'s' if n > 1 else ''}: {items}")
+    for stall in run.stalls:
+        if stall.kind != TRAINING:
+            lines.append(f"  also stalled: {stall_text(stall)} ({stall_when(stall, rel)})")
+    return lines
+
+
 def render_summary(summaries: list[RunSummary], rel: Rel) -> list[str]:
     """Text lines of the summaries; ``rel`` formats a time relative to the timeline's start."""
     lines: list[str] = []
@@ -595,6 +943,7 @@ def render_summary(summaries: list[RunSummary], rel: Rel) -> list[str]:
                 lines.append(f"  at {rel(restart.start_ns)} · {restart_text(restart)}")
             for r in restart.recoveries if restart is not None else ():
                 lines.append(f"    recovery on {r.node} at {rel(r.start_ns)}: {recovery_text(r)}")
+        lines += stall_summary_lines(run, rel)
         for h in run.hold_ups:
             label = "round ?" if h.round is None else f"round {h.round}"
             lines.append(

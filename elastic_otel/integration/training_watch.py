@@ -1,0 +1,228 @@
+"""Hangs named while they hang: training stalls and the workers' Python stacks, seen by the agent.
+
+Every worker the instrumented agent starts keeps a small progress record beside its error file
+(:mod:`elastic_otel.worker.progress`, armed by the worker start-up: which collective it is in
+and since when, how many it entered, the step the script marks) and answers a signal with
+every thread's Python stack, written by ``faulthandler`` into a file there: no ptrace, no
+code in the training script. :class:`TrainingWatch`, one per agent process (:data:`WATCH`),
+reads those records on a thread of its own every few seconds and:
+
+* reports a **training stall** when no local rank made progress for
+  ``ELASTIC_OTEL_STALL_AFTER`` seconds (:func:`~elastic_otel.model.stalls.training_stall`
+  decides who waits for whom): the workers' stacks first, each a log record on its ``worker``
+  span, then a WARN ``torchelastic.stalled`` record with ``torchelastic.stalled.in`` =
+  ``training``, the ranks waited for and the innermost frame of the first of them; again at
+  that interval while it lasts. ``current`` feeds the ``torchelastic.stalled.seconds`` gauge;
+* takes the stacks on every other stall report of the node (a join, the exit barrier, workers
+  that do not stop), at most once per interval;
+* takes the stacks right before the agent stops its workers after a failure or a signal
+  (:meth:`before_stop`, from the ``PContext.close`` wrapper), so that the victims' last stacks
+  are kept: it waits for their dumps, at most :data:`STACK_WAIT_S`.
+
+Only workers whose record says they armed the stack signal are signalled: a signal nobody
+handles would kill the process. Reading and signalling happen on this module's thread (or in
+``close``, before torch signals the workers), never on torch's monitor loop; what is found goes
+to the bridge as events through ``report`` (the agent instrumentation builds them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from elastic_otel.model.stalls import RankProgress, TrainingStall, training_stall
+from elastic_otel.names.environment_variables import WORKER_STACKS_FILE
+from elastic_otel.parsing.worker_progress import WorkerProgress, read_new_stacks, read_progress
+
+_logger = logging.getLogger("elastic_otel")
+
+STACK_WAIT_S = 0.5
+"""Longest wait for the workers' stack dumps (before a stop, or on a stall)."""
+_POLL_S = 0.02
+_SETTLE_S = 0.05
+
+REASON_TRAINING = "training"
+REASON_STALL = "stall"
+REASON_BEFORE_STOP = "before_stop"
+
+
+@dataclass(slots=True)
+class WatchedWorker:
+    """A worker process of a watched group."""
+
+    global_rank: int
+    local_rank: int
+    pid: int
+    directory: str  # its private directory (torch's error file's)
+    worker: Any  # torch's Worker, for the events the instrumentation builds
+    stacks_offset: int = 0
+
+
+Report = Callable[[str, list[tuple["WatchedWorker", str]], "TrainingStall | None"], None]
+"""``report(reason, [(worker, stacks)], stall)``: hand what was found to the bridge."""
+
+
+@dataclass(slots=True)
+class _Group:
+    workers: list[WatchedWorker]
+    report: Report
+    after_ns: int
+    current_stalls: Callable[[], dict[str, float]]
+    last_training_ns: int = 0  # when a training stall was last reported (0: none under way)
+    last_stacks_ns: int = 0  # when stacks were last taken for another stall
+    stalled_s: float = 0.0  # how long its training stall has lasted (0: none)
+    done: bool = False
+    seen: dict[int, WorkerProgress] = field(default_factory=dict)
+
+
+class TrainingWatch:
+    """The agent process's watch over its workers' progress (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: MutableMapping[Any, _Group] = weakref.WeakKeyDictionary()
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self.current = 0.0
+        """Seconds of the longest training stall under way (0: none), for the gauge."""
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    def watch(
+        self,
+        pcontext: Any,
+        workers: list[WatchedWorker],
+        report: Report,
+        after_s: float,
+        current_stalls: Callable[[], dict[str, float]],
+    ) -> None:
+        """Watch the workers torch just started in ``pcontext`` (until it is closed)."""
+        if after_s <= 0 or not workers:
+            return
+        for worker in workers:
+            worker.stacks_offset = _size(os.path.join(worker.directory, WORKER_STACKS_FILE))
+        with self._lock:
+            self._groups[pcontext] = _Group(workers, report, int(after_s * 1e9), current_stalls)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, args=(after_s,), name="elastic-otel-training-watch"
+                )
+                self._thread.daemon = True
+                self._thread.start()
+
+    def before_stop(self, pcontext: Any, reason_is_failure: bool) -> None:
+        """torch is about to stop ``pcontext``'s workers: after a failure or a signal, take
+        their stacks first; in any case stop watching them."""
+        with self._lock:
+            group = self._groups.pop(pcontext, None)
+        if group is None:
+            return
+        group.done = True
+        if reason_is_failure:
+            self._take_stacks(group, REASON_BEFORE_STOP, None)
+        self._recompute_current()
+
+    # --- the thread --------------------------------------------------------------------------
+
+    def _run(self, after_s: float) -> None:
+        period = min(max(after_s / 4, 0.5), 5.0)
+        while True:
+            self._wake.wait(period)
+            self._wake.clear()
+            with self._lock:
+                groups = list(self._groups.values())
+            for group in groups:
+                try:
+                    self._check(group, time.time_ns())
+                except Exception:  # never the agent's problem
+                    _logger.debug("elastic-otel: training watch failed", exc_info=True)
+            self._recompute_current()
+
+    def _check(self, group: _Group, now_ns: int) -> None:
+        ranks: list[RankProgress] = []
+        for worker in group.workers:
+            progress = read_progress(worker.directory)
+            if progress is None or progress.pid != worker.pid:
+                continue
+            group.seen[worker.global_rank] = progress
+            ranks.append(
+                RankProgress(
+                    global_rank=worker.global_rank,
+                    collective=progress.collective,
+                    entered=progress.entered,
+                    step=progress.step,
+                    progress_ns=progress.progress_ns,
+                )
+            )
+        stall = training_stall(ranks, now_ns, group.after_ns)
+        group.stalled_s = stall.seconds if stall is not None else 0.0
+        if stall is None:
+            group.last_training_ns = 0
+        elif now_ns - group.last_training_ns >= group.after_ns and not group.done:
+            group.last_training_ns = now_ns
+            self._take_stacks(group, REASON_TRAINING, stall)
+            return
+        other = any(seconds > 0 for seconds in group.current_stalls().values())
+        if other and now_ns - group.last_stacks_ns >= group.after_ns and not group.done:
+            group.last_stacks_ns = now_ns
+            self._take_stacks(group, REASON_STALL, None)
+
+    def _take_stacks(self, group: _Group, reason: str, stall: TrainingStall | None) -> None:
+        """Signal every worker that armed the stack signal, wait for their dumps, report."""
+        asked: list[WatchedWorker] = []
+        for worker in group.workers:
+            progress = read_progress(worker.directory) or group.seen.get(worker.global_rank)
+            if progress is None or progress.pid != worker.pid or progress.stack_signal <= 0:
+                continue
+            try:
+                os.kill(worker.pid, progress.stack_signal)
+            except OSError:  # gone already
+                continue
+            asked.append(worker)
+        deadline = time.monotonic() + STACK_WAIT_S
+        found: dict[int, str] = {}
+        while asked and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+            for worker in asked:
+                if worker.global_rank in found:
+                    continue
+                path = os.path.join(worker.directory, WORKER_STACKS_FILE)
+                text, offset = read_new_stacks(path, worker.stacks_offset)
+                if text:
+                    time.sleep(_SETTLE_S)  # faulthandler may still be writing this dump
+                    rest, offset = read_new_stacks(path, offset)
+                    found[worker.global_rank] = text + rest
+                    worker.stacks_offset = offset
+            if len(found) == len(asked):
+                break
+        stacks = [(w, found[w.global_rank]) for w in asked if w.global_rank in found]
+        group.report(reason, stacks, stall)
+
+    def _recompute_current(self) -> None:
+        with self._lock:
+            groups = list(self._groups.values())
+        self.current = max((g.stalled_s for g in groups), default=0.0)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._groups = weakref.WeakKeyDictionary()
+        self._thread = None
+        self._wake = threading.Event()
+        self.current = 0.0
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+WATCH = TrainingWatch()
+"""The agent process's watch (its workers, like its agent, are process-wide)."""

@@ -1,0 +1,314 @@
+"""Read where a live worker is: its progress record and the Python stacks it dumps on request.
+
+A hung job looks the same from every agent: workers alive, no exit code. The worker start-up
+(:mod:`elastic_otel.worker.startup`) leaves two files in the worker's private error-file
+directory (names in :mod:`elastic_otel.names.environment_variables`) that tell more while the
+worker still runs:
+
+* ``WORKER_PROGRESS_FILE``: a fixed-size binary record the worker's training thread updates in
+  memory (an ``mmap``, :mod:`elastic_otel.worker.progress`) around every ``torch.distributed``
+  collective it calls and at every ``elastic_otel.mark_step``: which collective it waits in and
+  since when, how many it entered and completed, its last step. Ranks of one job that differ
+  here point at the rank that is late.
+* ``WORKER_STACKS_FILE``: ``faulthandler``'s dumps of every thread's Python stack, appended each
+  time the worker gets the signal the record names (no ptrace, no debugger).
+
+The record, little-endian, :data:`RECORD_SIZE` (80) bytes:
+
+====== ====== ================ ===========================================================
+offset format field            meaning
+====== ====== ================ ===========================================================
+0      4s     magic            :data:`MAGIC`
+4      I      version          :data:`VERSION`
+8      I      pid              the worker that wrote it
+12     i      stack_signal     the signal that appends stacks to the stacks file; 0: none
+16     q      entered          outermost collectives entered
+24     q      completed        outermost collectives returned (or raised)
+32     q      collective       the one in progress: index into :data:`COLLECTIVES`; 0: none
+40     q      since_ns         when it entered the current (outside one: the last) collective
+48     q      progress_ns      the last progress of any kind: a collective done, a step marked
+56     q      step             the last marked step; -1: none
+64     q      step_ns          when it was marked; 0: none
+72     q      seq              seqlock counter (below)
+====== ====== ================ ===========================================================
+
+Times are ns since the epoch (``time.time_ns()``); every field from offset 16 on is an aligned
+8-byte word. The first 16 bytes never change once written, and the worker never shrinks the
+file (a new record is renamed over an old one), so the reader maps it too. ``seq`` is even
+when the record is whole: the writer makes it odd, stores the fields it changes, and makes it
+even again; a reader reads ``seq``, the fields, ``seq`` again, and retries when the two differ
+or are odd. Between its first and last store the writer calls nothing, so neither another
+thread nor a signal handler runs there (CPython runs those only at calls and loops): a record
+that stays odd belongs to a process stopped or killed in that instant, and reads as ``None``.
+Stores and loads stay in program order on x86; elsewhere (ARM) Python has no memory barrier to
+offer, and a torn reading, unlikely, is possible.
+
+The worker's own file is untrusted input: every read is bounded, files that are not regular are
+not opened (a FIFO must not hang the agent), a bad magic, version or size reads as ``None``;
+nothing here raises for it. Pure standard library: no torch, no OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+import struct
+import time
+from dataclasses import dataclass
+
+from elastic_otel.names.environment_variables import WORKER_PROGRESS_FILE
+
+MAGIC = b"EOTP"
+VERSION = 1
+HEADER = struct.Struct("<4sIIi")
+"""magic, version, pid, stack signal: written once, when the record is created."""
+BODY_FIELDS = (
+    "entered",
+    "completed",
+    "collective",
+    "since_ns",
+    "progress_ns",
+    "step",
+    "step_ns",
+    "seq",
+)
+"""The 8-byte words after the header, in order; the writer stores each on its own."""
+BODY = struct.Struct("<" + "q" * len(BODY_FIELDS))
+BODY_OFFSET = HEADER.size
+SEQ = struct.Struct("<q")
+SEQ_OFFSET = BODY_OFFSET + BODY_FIELDS.index("seq") * SEQ.size
+RECORD_SIZE = HEADER.size + BODY.size
+NO_STEP = -1
+
+COLLECTIVES = (
+    "",
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "broadcast",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "barrier",
+    "monitored_barrier",
+    "gather",
+    "scatter",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "all_gather_object",
+    "broadcast_object_list",
+    "gather_object",
+    "scatter_object_list",
+    "batch_isend_irecv",
+    "send_object_list",
+    "recv_object_list",
+    "all_reduce_coalesced",
+    "all_gather_coalesced",
+    "all_gather_single",
+    "reduce_scatter_single",
+)
+"""``torch.distributed`` functions the worker records, by the index the record stores (0: none).
+Append only: the indices are the file format."""
+
+MAX_STACK_BYTES = 65536
+"""Bytes :func:`read_new_stacks` returns at most per call."""
+
+_QUICK_TRIES = 64
+"""Reads of a record that changed meanwhile before pausing: a training thread that updates it
+every microsecond or so still leaves gaps longer than one read."""
+_PAUSES_S = (0.001, 0.01)
+"""Pauses before the last reads: a writer between its two stores of ``seq`` when the kernel
+took its CPU finishes once it gets it back."""
+_THREAD_HEADERS = ("Thread 0x", "Current thread 0x")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerProgress:
+    """One reading of a worker's progress record (times in ns since the epoch)."""
+
+    pid: int
+    stack_signal: int
+    """The signal that makes the worker append its stacks to the stacks file; 0: none armed,
+    and then no signal must be sent (an unhandled real-time signal kills the process)."""
+    entered: int
+    completed: int
+    collective: str | None
+    """The ``torch.distributed`` function the training thread is in (``None``: none)."""
+    since_ns: int
+    """When it entered that collective (outside one: the last it entered, or the start)."""
+    step: int | None
+    step_ns: int | None
+    progress_ns: int
+    """The last progress of any kind: a collective completed, a step marked (else the start)."""
+
+    @property
+    def in_collective(self) -> bool:
+        return self.collective is not None
+
+
+def progress_path(directory_or_error_file: str) -> str:
+    """The progress file of the worker whose error-file directory (or error file) is given."""
+    directory = directory_or_error_file
+    if not os.path.isdir(directory):
+        directory = os.path.dirname(directory)
+    return os.path.join(directory, WORKER_PROGRESS_FILE)
+
+
+def read_progress(directory_or_error_file: str) -> WorkerProgress | None:
+    """The worker's progress record; ``None`` when it is missing, not ours or never whole."""
+    try:
+        fd = _open_regular(progress_path(directory_or_error_file))
+    except (OSError, ValueError):
+        return None
+    try:
+        if os.fstat(fd).st_size != RECORD_SIZE:
+            return None
+        # Mapped, the seqlock's reads are loads a few nanoseconds apart, where each pread is a
+        # system call: a busy writer changes the record less often than that. The worker
+        # never shrinks a record it wrote (a new one is renamed over it), so the mapping stays
+        # whole; a copy of the bytes is read when the file cannot be mapped.
+        try:
+            mapping: mmap.mmap | None = mmap.mmap(fd, RECORD_SIZE, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            mapping = None
+        try:
+            record = _consistent_record(mapping if mapping is not None else _Pread(fd))
+        finally:
+            if mapping is not None:
+                mapping.close()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if record is None:
+        return None
+    magic, version, pid, stack_signal = HEADER.unpack_from(record)
+    if magic != MAGIC or version != VERSION:
+        return None
+    entered, completed, index, since, progress, step, step_ns, _ = BODY.unpack_from(
+        record, BODY_OFFSET
+    )
+    if index <= 0:
+        collective = None
+    else:
+        collective = COLLECTIVES[index] if index < len(COLLECTIVES) else f"#{index}"
+    return WorkerProgress(
+        pid=pid,
+        stack_signal=max(stack_signal, 0),
+        entered=entered,
+        completed=completed,
+        collective=collective,
+        since_ns=since,
+        step=step if step >= 0 else None,
+        step_ns=step_ns if step >= 0 else None,
+        progress_ns=progress,
+    )
+
+
+class _Pread:
+    """A file read by slices, as a mapping is."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __getitem__(self, span: slice) -> bytes:
+        return os.pread(self.fd, span.stop - span.start, span.start)
+
+
+def _consistent_record(record: mmap.mmap | _Pread) -> bytes | None:
+    """The record's bytes as one update left them (see the module docstring)."""
+    for pause in (0.0,) * _QUICK_TRIES + _PAUSES_S:
+        if pause:
+            time.sleep(pause)
+        before = record[SEQ_OFFSET:RECORD_SIZE]
+        data = record[0:SEQ_OFFSET]
+        after = record[SEQ_OFFSET:RECORD_SIZE]
+        if len(before) != SEQ.size or len(data) != SEQ_OFFSET:
+            return None
+        if before == after and SEQ.unpack(before)[0] % 2 == 0:
+            return data + after
+    return None
+
+
+def read_new_stacks(path: str, offset: int, max_bytes: int = MAX_STACK_BYTES) -> tuple[str, int]:
+    """What the worker appended to its stacks file (``path``) since ``offset``, decoded, and the
+    offset to pass next time.
+
+    Whole lines only: a dump being written is returned once complete. When more than
+    ``max_bytes`` were appended, the newest whole lines that fit are returned (``faulthandler``
+    writes the main thread last) and the older ones skipped. A file shorter than ``offset``
+    (written anew) is read from its start. Missing, unreadable or not a regular file:
+    ``("", offset)``.
+    """
+    offset = max(offset, 0)
+    try:
+        fd = _open_regular(path)
+    except (OSError, ValueError):
+        return "", offset
+    try:
+        size = os.fstat(fd).st_size
+        if size < offset:
+            offset = 0
+        # One byte before a cut shows whether it falls at the start of a line.
+        start = max(offset, size - max(max_bytes, 0) - 1)
+        data = os.pread(fd, size - start, start) if size > start else b""
+    except OSError:
+        return "", offset
+    finally:
+        os.close(fd)
+    end = data.rfind(b"\n") + 1
+    if start > offset:  # older bytes skipped: begin at a line
+        first = data.find(b"\n") + 1
+        if first == end:
+            return "", start + end  # a line longer than max_bytes: skipped
+        data, consumed = data[first:end], start + end
+    elif end == 0:
+        return "", offset  # not a whole line yet
+    else:
+        data, consumed = data[:end], start + end
+    return data.decode("utf-8", "replace"), consumed
+
+
+def split_dumps(text: str) -> list[str]:
+    """``text`` (stacks-file content) cut into one string per dump: a dump lists every thread
+    once, so a thread seen again starts the next one."""
+    dumps: list[list[str]] = []
+    seen: set[str] = set()
+    for line in text.splitlines(keepends=True):
+        thread = _thread_id(line)
+        if thread is not None and (thread in seen or not dumps):
+            dumps.append([])
+            seen = set()
+        if thread is not None:
+            seen.add(thread)
+        if not dumps:
+            dumps.append([])
+        dumps[-1].append(line)
+    return ["".join(lines) for lines in dumps if "".join(lines).strip()]
+
+
+def _thread_id(line: str) -> str | None:
+    """The thread a ``faulthandler`` section header names (``Thread 0x…`` / ``Current thread
+    0x…``)."""
+    for prefix in _THREAD_HEADERS:
+        if line.startswith(prefix):
+            return line[len(prefix) - 2 :].split(" ", 1)[0]
+    return None
+
+
+def _open_regular(path: str) -> int:
+    """A read-only descriptor on ``path`` when it is a regular file. Non-blocking open: a FIFO
+    planted there must not hang the agent."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"not a regular file: {path}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

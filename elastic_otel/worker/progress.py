@@ -1,0 +1,309 @@
+"""Where this worker's training thread is, in a record its agent reads while the job hangs.
+
+The record is an ``mmap`` of a small file in the worker's private directory
+(:data:`~elastic_otel.names.environment_variables.WORKER_PROGRESS_FILE`; its layout in
+:mod:`elastic_otel.parsing.worker_progress`). The training thread writes it itself: no thread
+of ours, no system call, no lock; the kernel shares the page with the agent, which reads it
+while the worker runs, hangs, or after it died.
+
+* The worker start-up (:mod:`elastic_otel.worker.startup`) creates it (:func:`arm`) and wraps
+  ``torch.distributed``'s collectives (:func:`wrap_collectives`) as ``distributed_c10d`` is
+  imported, before ``torch.distributed`` copies them: the script's ``dist.all_reduce`` is the
+  wrapper, with no code in the script. An outermost call counts: entered, with the collective
+  and the time, before; completed (returned or raised) after. Calls one makes inside another
+  (``all_gather_object`` calls ``all_gather``) do not count. An ``async_op=True`` call
+  completes when it returns, at issue, not when its work does. What torch runs in C++ alone
+  (DDP's gradient all-reduce in its reducer) is not seen.
+* :func:`mark_step`: the script's step, for the agent to compare ranks.
+* One writer: the thread that armed the record, the main thread, which runs a torchrun script.
+  Calls from other threads go through unrecorded (a dump still shows their stacks): two writers
+  would need a lock, which would cost more than all the rest.
+* A forked child (a DataLoader worker) shares the mapping: it disarms as it is forked, before
+  it could write into its parent's record.
+
+What it costs the training thread shapes this module (numbers in
+``tests/unit/test_worker_progress.py``). Each field changed is one aligned 8-byte store through
+a ``memoryview`` of the mapping, about half a ``struct.pack_into`` call, which besides zeroes
+its whole span before writing it. Each wrapper is generated with the collective's own
+parameters, as a hand-written one would be: forwarding ``*args, **kwargs`` costs a fifth of a
+microsecond more. Unarmed (outside a bridged agent) nothing is wrapped and :func:`mark_step` is
+one global check.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from _thread import get_ident
+
+# Nothing more at import (not even typing): ``import elastic_otel`` loads this module, for
+# mark_step, in every process; what only a worker needs is imported by arm() and wrap().
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+    from typing import Any, TypeVar
+
+    _F = TypeVar("_F", bound=Callable[..., Any])
+
+_WRAPPED_MARK = "_elastic_otel_collective"
+"""Attribute of a wrapper: the index of its collective (a second wrap leaves it as it is)."""
+
+# Bound once: a global load on the hot path instead of an attribute lookup.
+_get_ident = get_ident
+_time_ns = time.time_ns
+
+_view: memoryview | None = None
+"""The mapping as signed 8-byte words; ``None`` while unarmed."""
+_writer = 0
+"""``get_ident()`` of the thread that writes; 0 (no thread's) while unarmed and while the
+writer is inside a recorded collective, so that calls made inside it go through."""
+_state = [0, 0, 0]
+"""seq, entered, completed: the values last stored, read here rather than from the mapping."""
+# Where mark_step stores, as indices of 8-byte words (set by arm, from the layout).
+_SEQ = _STEP = _STEP_NS = _PROGRESS = 0
+_fork_hook = False
+
+
+def _slots() -> dict[str, int]:
+    """Each field's index in the mapping seen as 8-byte words."""
+    from elastic_otel.parsing.worker_progress import BODY_FIELDS, BODY_OFFSET, SEQ
+
+    return {name: BODY_OFFSET // SEQ.size + i for i, name in enumerate(BODY_FIELDS)}
+
+
+def arm(path: str, stack_signal: int = 0) -> None:
+    """Create the record at ``path`` (replacing any there: a program this process exec'd from
+    left it) and write to it from the calling thread on. ``stack_signal``: the signal the
+    worker dumps its stacks on, for the agent (0: none)."""
+    global _view, _writer, _fork_hook, _SEQ, _STEP, _STEP_NS, _PROGRESS
+    import mmap
+
+    from elastic_otel.parsing.worker_progress import (
+        BODY,
+        BODY_FIELDS,
+        HEADER,
+        MAGIC,
+        NO_STEP,
+        VERSION,
+    )
+
+    if sys.byteorder != "little":
+        raise OSError("the progress record is little-endian; its stores are native")
+    now = time.time_ns()
+    seq = 2
+    values = {name: 0 for name in BODY_FIELDS}
+    values.update(since_ns=now, progress_ns=now, step=NO_STEP, seq=seq)
+    data = HEADER.pack(MAGIC, VERSION, os.getpid(), stack_signal) + BODY.pack(
+        *(values[name] for name in BODY_FIELDS)
+    )
+    # Written whole under another name, then renamed: a reader never sees a part of it.
+    temporary = f"{path}.{os.getpid()}.tmp"
+    flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(temporary, flags, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        mapping = mmap.mmap(fd, len(data))
+    except BaseException:
+        os.close(fd)
+        os.unlink(temporary)
+        raise
+    os.close(fd)  # the mapping keeps the file
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        mapping.close()
+        os.unlink(temporary)
+        raise
+    _writer = 0  # nothing writes while the state is replaced
+    _view = memoryview(mapping).cast("q")
+    _state[:] = [seq, 0, 0]
+    slots = _slots()
+    _SEQ, _STEP, _STEP_NS, _PROGRESS = (slots[k] for k in ("seq", "step", "step_ns", "progress_ns"))
+    _writer = _get_ident()
+    if not _fork_hook:
+        os.register_at_fork(after_in_child=_disarm)
+        _fork_hook = True
+
+
+def armed() -> bool:
+    """Whether this process writes a record (a worker the start-up armed)."""
+    return _view is not None
+
+
+def _disarm() -> None:
+    """Write no more: in a forked child, whose mapping is its parent's record."""
+    global _writer, _view
+    _writer = 0
+    _view = None
+
+
+def mark_step(step: int) -> None:
+    """Record that the training thread reached ``step`` (an ``int`` ≥ 0), and when. A no-op
+    outside a worker the start-up armed, or on another thread; never raises."""
+    if _view is None:
+        return
+    if _get_ident() != _writer:
+        return
+    now = _time_ns()
+    view, seq = _view, _state[0]
+    try:
+        view[_SEQ] = seq + 1
+        try:
+            view[_STEP] = step
+        except Exception:  # not an int a record can store: nothing changed
+            view[_SEQ] = seq
+            return
+        view[_STEP_NS] = now
+        view[_PROGRESS] = now
+        view[_SEQ] = _state[0] = seq + 2
+    except Exception:
+        pass
+
+
+# The wrapper of one collective, with its parameters. Between the odd and the even store of seq
+# it calls nothing: no other thread and no signal handler can run there (see the layout's
+# docstring). The enter and exit stores are guarded so that a collective's failure cannot leave
+# them unpaired, and nothing of ours raises.
+_WRAPPER_SOURCE = """
+def _make(_eo_function, _eo_index{defaults}):
+    def {name}({parameters}):
+        global _writer
+        _eo_me = _writer
+        if _eo_me != _get_ident():
+            return _eo_function({arguments})
+        _eo_in = False
+        try:
+            _writer = 0
+            try:
+                _eo_now = _time_ns()
+                _eo_seq = _state[0]
+                _view[{seq}] = _eo_seq + 1
+                _view[{collective}] = _eo_index
+                _view[{since}] = _eo_now
+                _view[{entered}] = _state[1] = _state[1] + 1
+                _view[{seq}] = _state[0] = _eo_seq + 2
+                _eo_in = True
+            except Exception:
+                pass
+            return _eo_function({arguments})
+        finally:
+            if _eo_in:
+                try:
+                    _eo_now = _time_ns()
+                    _eo_seq = _state[0]
+                    _view[{seq}] = _eo_seq + 1
+                    _view[{collective}] = 0
+                    _view[{progress}] = _eo_now
+                    _view[{completed}] = _state[2] = _state[2] + 1
+                    _view[{seq}] = _state[0] = _eo_seq + 2
+                except Exception:
+                    pass
+            _writer = _eo_me
+    return {name}
+"""
+
+
+def wrap(function: _F, index: int) -> _F:
+    """``function`` (the collective ``COLLECTIVES[index]``), recording its outermost calls on
+    the writer thread; same name, documentation and signature (``__wrapped__``)."""
+    import functools
+    import linecache
+
+    name = getattr(function, "__name__", "")
+    shape = _parameters(function)
+    if not name.isidentifier() or name.startswith("_"):
+        name = "collective"  # not a name that would hide one the wrapper reads
+    parameters, arguments, defaults = shape or ("*args, **kwargs", "*args, **kwargs", {})
+    slots = _slots()
+    source = _WRAPPER_SOURCE.format(
+        name=name,
+        parameters=parameters,
+        arguments=arguments,
+        defaults="".join(f", {key}" for key in defaults),
+        seq=slots["seq"],
+        collective=slots["collective"],
+        since=slots["since_ns"],
+        entered=slots["entered"],
+        progress=slots["progress_ns"],
+        completed=slots["completed"],
+    )
+    filename = f"<elastic_otel.worker.progress: {name}>"
+    namespace: dict[str, Any] = {}
+    # This module's globals: the wrapper reads and sets _writer, _view and _state here.
+    exec(compile(source, filename, "exec"), globals(), namespace)
+    # Its lines in tracebacks that pass through it.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    wrapper = namespace["_make"](function, index, *defaults.values())
+    functools.update_wrapper(wrapper, function)
+    setattr(wrapper, _WRAPPED_MARK, index)
+    return wrapper
+
+
+def _parameters(function: Callable[..., Any]) -> tuple[str, str, dict[str, Any]] | None:
+    """``function``'s parameter list, the arguments that pass them on (required ones by
+    position, the others by keyword, as callers pass them), and the names its defaults are
+    bound to; ``None`` for a signature that is not plain enough."""
+    import inspect
+
+    try:
+        # Through __wrapped__: torch's decorators on the collectives (_exception_logger,
+        # deprecated) forward *args, **kwargs unchanged, as inspect and help() assume.
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+    kind = inspect.Parameter
+    parameters: list[str] = []
+    arguments: list[str] = []
+    defaults: dict[str, Any] = {}
+    star = False  # the "*" before keyword-only parameters is in the list
+    for i, parameter in enumerate(signature.parameters.values()):
+        name = parameter.name
+        # A leading underscore could hide a global the wrapper reads; before *args, a keyword
+        # argument would take a positional one's place.
+        if name.startswith("_") or parameter.kind in (kind.POSITIONAL_ONLY, kind.VAR_POSITIONAL):
+            return None
+        if parameter.kind is kind.VAR_KEYWORD:
+            parameters.append(f"**{name}")
+            arguments.append(f"**{name}")
+        elif parameter.default is parameter.empty:
+            if parameter.kind is kind.KEYWORD_ONLY:
+                if not star:
+                    parameters.append("*")
+                    star = True
+                arguments.append(f"{name}={name}")
+            else:
+                arguments.append(name)
+            parameters.append(name)
+        else:
+            if parameter.kind is kind.KEYWORD_ONLY and not star:
+                parameters.append("*")
+                star = True
+            default = f"_eo_default_{i}"
+            defaults[default] = parameter.default
+            parameters.append(f"{name}={default}")
+            arguments.append(f"{name}={name}")
+    return ", ".join(parameters), ", ".join(arguments), defaults
+
+
+def wrap_collectives(module: ModuleType, *copies: ModuleType | None) -> list[str]:
+    """Wrap the collectives ``module`` (``torch.distributed.distributed_c10d``) has, in place;
+    in ``copies`` (modules that imported them already), replace the originals too. The names
+    wrapped."""
+    from elastic_otel.parsing.worker_progress import COLLECTIVES
+
+    wrapped = []
+    for index, name in enumerate(COLLECTIVES):
+        original = module.__dict__.get(name) if index else None
+        if not callable(original) or hasattr(original, _WRAPPED_MARK):
+            continue
+        wrapper = wrap(original, index)
+        setattr(module, name, wrapper)
+        for copy in copies:
+            if copy is not None and copy.__dict__.get(name) is original:
+                setattr(copy, name, wrapper)
+        wrapped.append(name)
+    return wrapped
