@@ -75,7 +75,12 @@ from elastic_otel.model.failures import WorkerEnd, classify, root_cause
 from elastic_otel.model.stalls import STALL_EVENT_NAME, STALL_STATE, TRAINING, TrainingStall
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
-from elastic_otel.names.torch_names import AGENT_STEP_PREFIX, WorkerState
+from elastic_otel.names.torch_names import (
+    AGENT_STEP_PREFIX,
+    STACKS_STATE,
+    WORKER_STACKS_EVENT,
+    WorkerState,
+)
 from elastic_otel.parsing.worker_reports import (
     WorkerReport,
     main_thread_frame,
@@ -427,8 +432,8 @@ def _report_stacks_and_stall(
     for watched, text in stacks:
         frame = main_thread_frame(text) or ""
         frames[watched.global_rank] = frame
-        event = _construct(agent, _STACKS_STATE, EventSource.AGENT, watched.worker)
-        event.name = AGENT_STEP_PREFIX + "worker_stacks"
+        event = _construct(agent, STACKS_STATE, EventSource.AGENT, watched.worker)
+        event.name = WORKER_STACKS_EVENT
         event.metadata.update({"stacks": text, "stacks.reason": reason, "stack.frame": frame})
         event.timestamp = now_ms
         bridge.info(event)
@@ -518,8 +523,6 @@ def _report_outcomes(agent: Any, worker_group: Any, result: Any, handler: OtelHa
         event.metadata["observed_by"] = OBSERVED_BY_MONITOR
         handler.info(event)
 
-
-_STACKS_STATE = "STACKS"  # the agent model logs it on the worker's span
 
 _KIND_STATES = {
     A.KIND_ROOT_CAUSE: WorkerState.FAILED,

@@ -76,7 +76,7 @@ from elastic_otel.model.spans import (
 from elastic_otel.model.stalls import Wait
 from elastic_otel.model.trace_ids import TraceIds
 from elastic_otel.names import attributes as A
-from elastic_otel.names.torch_names import WorkerState
+from elastic_otel.names.torch_names import STACKS_STATE, WorkerState
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind
 
 _MAX_AGENT_LINKS = 32
@@ -90,7 +90,6 @@ _OBSERVED_STEPS = {  # the bridge's own (agent_instrumentation), recorded at sta
     "START_WORKERS": A.SPAN_AGENT_START_WORKERS,
 }
 _RESTART = "RESTART_WORKERS"  # observed too: the whole recovery
-_STACKS = "STACKS"  # a worker's Python stacks, taken by the agent instrumentation
 _AGENT_OUTCOMES = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED})
 _WAIT_KIND = {"EXIT_BARRIER": "exit_barrier", "STOP_WORKERS": "stop_workers"}
 _WAIT_CONTEXT = frozenset({A.RUN_ID, A.RANK, A.HOST_NAME, A.ROLE, A.AGENT_RESTARTS})
@@ -280,7 +279,7 @@ class AgentModel:
                 self._worker_end(agent, ev, parent, out)
         elif ev.state in _AGENT_STEPS:
             self._agent_step(agent, ev, parent, out)
-        elif ev.state == _STACKS:
+        elif ev.state == STACKS_STATE:
             self._worker_stacks(agent, ev, parent, out)
         elif ev.state == _RESTART and ev.attributes.get(A.PHASE) in ("start", "end"):
             self._recovery(agent, ev, parent, out)

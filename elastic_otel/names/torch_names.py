@@ -30,6 +30,15 @@ AGENT_STEP_PREFIX: Final = "elastic_otel.agent."
 ``elastic_otel.agent.exit_barrier``."""
 
 
+STACKS_STATE: Final = "STACKS"
+"""Not torch's: the state of the record of a worker's Python stacks, which the agent
+instrumentation takes (:mod:`elastic_otel.integration.training_watch`) and the agent model logs
+on the worker's span."""
+
+WORKER_STACKS_EVENT: Final = AGENT_STEP_PREFIX + "worker_stacks"
+"""Not torch's: the event name of those records."""
+
+
 class WorkerState(str, Enum):
     """The ``state`` of torch's agent and worker events (``torchelastic.worker.status.<STATE>``),
     and the states the bridge gives a worker's span for moments torch has no event for.

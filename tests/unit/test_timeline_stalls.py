@@ -28,12 +28,12 @@ from test_timeline import ARTIFACTS, chromium, needs_chromium, probe
 from elastic_otel.cli.otlp_json_reader import read_otlp_json
 from elastic_otel.cli.timeline.build import Timeline, build_timeline, render_text
 from elastic_otel.cli.timeline.html import render_html, timeline_data
-from elastic_otel.cli.timeline.summary import WORKER_STACKS_EVENT
 from elastic_otel.emit.emitter import Emitter
 from elastic_otel.emit.otlp_json import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter
 from elastic_otel.model.spans import SpanRecord
 from elastic_otel.model.stalls import STALL_EVENT_NAME, STALL_STATE, TRAINING
 from elastic_otel.names import attributes as A
+from elastic_otel.names.torch_names import WORKER_STACKS_EVENT
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind
 
 MS = 1_000_000

@@ -39,14 +39,12 @@ from typing import Any
 
 from elastic_otel.model.stalls import STALL_EVENT_NAME, TRAINING
 from elastic_otel.names import attributes as A
-from elastic_otel.names.torch_names import AGENT_STEP_PREFIX, WorkerState
+from elastic_otel.names.torch_names import WORKER_STACKS_EVENT, WorkerState
 
 Item = dict[str, Any]
 Rel = Callable[[int], str]
 
 _KINDS = frozenset({A.KIND_ROOT_CAUSE, A.KIND_PEER_FAILURE, A.KIND_STOPPED})
-WORKER_STACKS_EVENT = AGENT_STEP_PREFIX + "worker_stacks"
-"""``event_name`` of a worker's stack record (its body: faulthandler's dump of all threads)."""
 
 
 @dataclass
