@@ -34,6 +34,7 @@ from elastic_otel.names.counters import DeliveryCounters
 from elastic_otel.names.environment_variables import DEFAULT_RETRY_QUEUE_SIZE
 
 _CHUNK = 512
+_DRAIN_WAIT_S = 0.05  # at exit: how long to wait for an export under way before leaving it be
 _FIRST_BACKOFF_S = 1.0
 _MAX_BACKOFF_S = 30.0
 
@@ -97,6 +98,10 @@ class OutageBuffer:
 
     def _send_backlog(self) -> Any:
         while self._backlog:
+            if self._interrupted:  # exiting: the exporter is closed, nothing more will go out
+                self.stats.add("lost_at_exit", len(self._backlog))
+                self._backlog.clear()
+                return self._failure
             chunk = [self._backlog.popleft() for _ in range(min(_CHUNK, len(self._backlog)))]
             try:
                 ok = _is_success(self.inner.export(chunk))
@@ -121,6 +126,9 @@ class OutageBuffer:
                 self.stats.add("exported", len(chunk))
                 self._backoff = _FIRST_BACKOFF_S
                 self._retry_at = 0.0
+                continue
+            if self._interrupted:  # its exporter was closed under it at exit: not coming back
+                self.stats.add("lost_at_exit", len(chunk))
                 continue
             self.stats.add("export_failed_attempts", 1)
             self._backlog.extendleft(reversed(chunk))
@@ -160,6 +168,20 @@ class OutageBuffer:
     def shutdown(self) -> None:
         if not self._interrupted:  # already shut down
             self.inner.shutdown()
+
+    def drain(self) -> int:
+        """At exit, after the exporter's shutdown: take what is still held back, to be counted
+        as lost. An export still under way (holding the lock) counts its own records and the
+        rest when it looks again: each record is counted once."""
+        if not self._lock.acquire(timeout=_DRAIN_WAIT_S):
+            self._interrupted = True
+            return 0
+        try:
+            held = len(self._backlog)
+            self._backlog.clear()
+            return held
+        finally:
+            self._lock.release()
 
     def interrupt(self) -> None:
         """At exit with the collector down: close the exporter now, which cuts its retry

@@ -210,7 +210,8 @@ class Pipeline:
             interrupt = [b.interrupt for b in self.buffers] if not ok else []
             calls = [*interrupt, *self._closers]
             ok = run_bounded(calls, max(0.05, deadline - time.monotonic())) and ok
-        self.delivery.add("lost_at_exit", self.pending() + self._take_stranded())
+        drained = sum(buffer.drain() for buffer in self.buffers)
+        self.delivery.add("lost_at_exit", drained + self._take_stranded())
         return ok
 
     def _take_stranded(self) -> int:
