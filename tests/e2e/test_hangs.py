@@ -23,7 +23,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "hanging_train.py"
 HANG_LINE = next(
     n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if "# HANG LINE" in line
 )
-STALL_AFTER_S = 5.0
+STALL_AFTER_S = 3.0
 INTERVAL_S = min(max(STALL_AFTER_S / 4, 0.5), 5.0)  # the training watch's poll period
 STALLED = "torchelastic.stalled"
 
@@ -110,8 +110,8 @@ def test_a_hang_with_marked_steps(grpc_receiver: OtlpReceiver, tmp_path: Path) -
 
 
 def test_a_slow_job_is_not_a_stall(grpc_receiver: OtlpReceiver, tmp_path: Path) -> None:
-    env = job_env(grpc_receiver, tmp_path, STEP_SECONDS="2", STEPS="6", MARK_STEP="1")
-    env["ELASTIC_OTEL_STALL_AFTER"] = str(STALL_AFTER_S)  # steps of 2 s, 12 s in all
+    env = job_env(grpc_receiver, tmp_path, STEP_SECONDS="1.5", STEPS="5", MARK_STEP="1")
+    env["ELASTIC_OTEL_STALL_AFTER"] = str(STALL_AFTER_S)  # steps of 1.5 s, 7.5 s in all
     port, run_id = free_port(), f"slow-{uuid.uuid4().hex[:6]}"
     agents = [start_agent(env, port, run_id, nproc=2, script=SCRIPT) for _ in range(2)]
     results = [agent.wait(120) for agent in agents]

@@ -151,8 +151,8 @@ def test_slow_collector_never_delays_the_caller(monkeypatch, make_logger) -> Non
 
 def test_unreachable_collector_job_same_exit_code_one_warning(tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    outcomes = {}
-    for handler in ("null", "otel"):
+    agents = {}
+    for handler in ("null", "otel"):  # four one-node jobs of their own, side by side
         for fail in ("", "0"):
             env = job_env(
                 None,
@@ -161,10 +161,10 @@ def test_unreachable_collector_job_same_exit_code_one_warning(tmp_path: Path) ->
                 TRAIN_FAIL_RANK=fail,
             )
             (tmp_path / f"{handler}{fail}").mkdir()
-            agent = start_agent(
+            agents[(handler, fail)] = start_agent(
                 env, free_port(), f"dead-{uuid.uuid4().hex[:4]}", nnodes="1", handler=handler
             )
-            outcomes[(handler, fail)] = agent.wait()
+    outcomes = {key: agent.wait() for key, agent in agents.items()}
     assert outcomes[("otel", "")][0] == outcomes[("null", "")][0] == 0
     assert outcomes[("otel", "0")][0] == outcomes[("null", "0")][0] != 0
     out = outcomes[("otel", "")][1]
