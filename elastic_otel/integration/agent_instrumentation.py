@@ -32,7 +32,12 @@ agent classes on activation and puts them back when asked (seven methods; :func:
   worker's Python stack and an uncaught exception's type beside its error file;
 * ``PContext.close``: torch calls it when the first worker of the group fails, to stop the
   others (SIGTERM, then SIGKILL). Which workers had ended before that call is the fact that
-  separates a worker that died on its own from one its agent stopped.
+  separates a worker that died on its own from one its agent stopped. After a failure or a
+  signal, the workers' stacks are taken first (:mod:`elastic_otel.integration.training_watch`).
+
+Once ``_start_workers`` returns, its workers are handed to the training watch
+(:mod:`elastic_otel.integration.training_watch`), which reports training stalls and the
+workers' stacks through :func:`_report_stacks_and_stall`.
 
 **Root cause or victim.** Each worker end the monitor reports is classified
 (:mod:`elastic_otel.model.failures`) from what the agent knows: whether it ended before the
