@@ -241,9 +241,11 @@ def test_bridge_drops_are_metrics(
             for i in range(50):
                 logger.info(Event(f"user.{i}", EventSource.AGENT, 0, {"run_id": "r"}).serialize())
             time.sleep(0.2)
+        # read before the collection: drops go on while it runs, so the exported count is at
+        # least this (read after, it could be more than the point collected before it)
+        expected = handler.all_stats()["dropped_collector_outage"]
         bridge_metrics.observe(meter_provider.get_meter("elastic_otel"), read=handler.all_stats)
         meter_provider.force_flush()
-        expected = handler.all_stats()["dropped_collector_outage"]
     finally:
         handler.shutdown()
     points = grpc_receiver.wait_for_metrics(1, where=lambda p: p["name"] == "elastic_otel.dropped")
