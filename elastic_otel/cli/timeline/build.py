@@ -38,11 +38,13 @@ from elastic_otel.cli.timeline.summary import (
     Recovery,
     RunSummary,
     Stall,
+    as_int,
     consequence_text,
     error_message,
     frame_lines,
     instance_id,
     node_name,
+    rank_key,
     render_summary,
     root_cause_line,
     stall_line,
@@ -314,12 +316,12 @@ class _Builder:
     def add_rendezvous(self, span: Item) -> None:
         attrs = span["attributes"]
         run_id = str(attrs.get(A.RUN_ID, ""))
-        number = _int(attrs.get(A.ROUND))
+        number = as_int(attrs.get(A.ROUND))
         round_key = (run_id, "round", number)
         rnd = self._round(round_key, run_id, number, f"round {number}")
         host = str(attrs.get(A.HOST_NAME, ""))
-        pid = _int(attrs.get(A.PROCESS_PID))
-        local_id = _int(attrs.get(A.LOCAL_ID))
+        pid = as_int(attrs.get(A.PROCESS_PID))
+        local_id = as_int(attrs.get(A.LOCAL_ID))
         node_key = (run_id, host, pid, local_id)
         row = self._row(round_key, node_key, node_name(host, pid, local_id))
         row.host, row.pid = host, pid
@@ -334,9 +336,9 @@ class _Builder:
             row.member = bar
             self.member_of[span["span_id"]] = (round_key, node_key)
         if attrs.get(A.RANK) is not None:
-            row.rank = _int(attrs.get(A.RANK))
+            row.rank = as_int(attrs.get(A.RANK))
         if attrs.get(A.WORLD_SIZE) is not None:
-            row.world_size = _int(attrs.get(A.WORLD_SIZE))
+            row.world_size = as_int(attrs.get(A.WORLD_SIZE))
             rnd.world_size = row.world_size
         self.trace_round.setdefault(span["trace_id"], round_key)
         instance = instance_id(span)
@@ -364,7 +366,7 @@ class _Builder:
             row.agent_end_ns = span["end_ns"]
             row.agent_message = error_message(span)
         if row.rank is None and attrs.get(A.RANK) is not None:
-            row.rank = _int(attrs.get(A.RANK))
+            row.rank = as_int(attrs.get(A.RANK))
 
     def add_recovery(self, span: Item, recovery: Recovery) -> None:
         """On the row of its node in the round it leads to (its trace's): by process, not by
@@ -383,11 +385,11 @@ class _Builder:
         instance = instance_id(span)
         round_key = self.trace_round.get(span["trace_id"])
         if round_key is None:
-            restarts = _int(attrs.get(A.AGENT_RESTARTS))
+            restarts = as_int(attrs.get(A.AGENT_RESTARTS))
             round_key = (run_id, "trace", span["trace_id"])
             label = f"restart {restarts}" if restarts is not None else "no rendezvous"
             self._round(round_key, run_id, None, label)
-        rank = _int(attrs.get(A.RANK))
+        rank = as_int(attrs.get(A.RANK))
         rows = self.nodes.get(round_key, {})
         node_key = self.instance_node.get(instance)
         mine = rows.get(node_key) if node_key is not None else None
@@ -408,7 +410,7 @@ class _Builder:
         for key, rnd in self.rounds.items():
             rnd.nodes = sorted(self.nodes.get(key, {}).values(), key=lambda n: n.first_ns)
             for node in rnd.nodes:
-                node.workers.sort(key=lambda w: (w.start_ns, _sort_rank(w.global_rank)))
+                node.workers.sort(key=lambda w: (w.start_ns, rank_key(w.global_rank)))
             if rnd.nodes:
                 rounds.append(rnd)
         rounds.sort(key=lambda r: (r.start_ns, r.run_id))
@@ -461,16 +463,16 @@ def _worker(span: Item) -> WorkerRow:
     if state == "START":
         state = "RUNNING"
     return WorkerRow(
-        global_rank=_int(attrs.get(A.GLOBAL_RANK)),
-        local_rank=_int(attrs.get(A.LOCAL_RANK)),
+        global_rank=as_int(attrs.get(A.GLOBAL_RANK)),
+        local_rank=as_int(attrs.get(A.LOCAL_RANK)),
         state=state,
         start_ns=span["start_ns"],
         end_ns=span["end_ns"],
-        exit_code=_int(attrs.get(A.EXIT_CODE)),
+        exit_code=as_int(attrs.get(A.EXIT_CODE)),
         message=error_message(span) or str(attrs.get(A.END_REASON, "")),
         error=span["status_code"] == "ERROR",
-        restarts=_int(attrs.get(A.AGENT_RESTARTS)),
-        pid=_int(attrs.get(A.WORKER_PID)),
+        restarts=as_int(attrs.get(A.AGENT_RESTARTS)),
+        pid=as_int(attrs.get(A.WORKER_PID)),
         span_id=span["span_id"],
         trace_id=span["trace_id"],
     )
@@ -501,19 +503,6 @@ def _errors(logs: list[Item], builder: _Builder) -> list[ErrorNote]:
         )
     notes.sort(key=lambda n: n.time_ns)
     return notes
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _sort_rank(rank: int | None) -> int:
-    return rank if rank is not None else 1 << 30
 
 
 # --- terminal rendering ---------------------------------------------------------------------

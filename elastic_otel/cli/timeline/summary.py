@@ -93,7 +93,7 @@ class Failure:
     def after_root(self) -> list[WorkerEnd]:
         """Everything but the root cause, in order of end: the other roots, the consequences."""
         rest = self.roots[1:] + self.consequences
-        return sorted(rest, key=lambda w: (w.end_ns, _rank_key(w.global_rank)))
+        return sorted(rest, key=lambda w: (w.end_ns, rank_key(w.global_rank)))
 
     def span_ids(self) -> set[str]:
         return {w.span_id for w in self.roots + self.consequences if w.span_id}
@@ -446,8 +446,8 @@ def failures(
         consequences = [w for w in ends if w.kind != A.KIND_ROOT_CAUSE]
         if not roots and all(w.kind == A.KIND_STOPPED for w in consequences):
             continue
-        roots.sort(key=lambda w: (w.end_ns, _rank_key(w.global_rank)))
-        consequences.sort(key=lambda w: (w.end_ns, _rank_key(w.global_rank)))
+        roots.sort(key=lambda w: (w.end_ns, rank_key(w.global_rank)))
+        consequences.sort(key=lambda w: (w.end_ns, rank_key(w.global_rank)))
         found.append(Failure(trace_id, (rounds or {}).get(trace_id), roots, consequences))
     found.sort(key=lambda f: f.time_ns)
     return found
@@ -477,14 +477,14 @@ def worker_end(span: Item, labels: dict[str, str]) -> WorkerEnd | None:
     exit_code = attrs.get(A.PROCESS_EXIT_CODE, attrs.get(A.EXIT_CODE))
     node = labels.get(instance_id(span), "")
     return WorkerEnd(
-        global_rank=_int(attrs.get(A.GLOBAL_RANK)),
+        global_rank=as_int(attrs.get(A.GLOBAL_RANK)),
         host=_host(span) or node or "?",
         state=state or "?",
         kind=str(kind),
         end_ns=span["end_ns"],
         span_id=span["span_id"],
         error_type=error_type,
-        exit_code=_int(exit_code),
+        exit_code=as_int(exit_code),
         oom=attrs.get(A.OOM_KILL) is True,
         message=message,
         node=node,
@@ -516,7 +516,8 @@ def _exception_type(span: Item) -> str:
     return ""
 
 
-def _int(value: Any) -> int | None:
+def as_int(value: Any) -> int | None:
+    """An attribute value as an int (``None``: absent, a bool, or not a number)."""
     if isinstance(value, bool) or value is None:
         return None
     try:
@@ -525,7 +526,8 @@ def _int(value: Any) -> int | None:
         return None
 
 
-def _rank_key(rank: int | None) -> int:
+def rank_key(rank: int | None) -> int:
+    """Sort key of a global rank; an unknown one last."""
     return rank if rank is not None else 1 << 30
 
 
@@ -589,7 +591,7 @@ def _stall_report(record: Item, node_of: Callable[[Item], str]) -> StallReport |
         waited_for=_ranks(attrs.get(A.STALLED_RANKS)),
         waiting=_ranks(attrs.get(A.STALLED_WAITING)),
         collective=str(attrs.get(A.STALLED_COLLECTIVE, "") or ""),
-        number=_int(attrs.get(A.STALLED_COLLECTIVE_NUMBER)),
+        number=as_int(attrs.get(A.STALLED_COLLECTIVE_NUMBER)),
         frame=str(attrs.get(A.STACK_FRAME, "") or ""),
         run_id=str(attrs.get(A.RUN_ID, "") or ""),
         trace_id=str(record.get("trace_id", "") or ""),
@@ -598,7 +600,7 @@ def _stall_report(record: Item, node_of: Callable[[Item], str]) -> StallReport |
 
 def _rank_stack(record: Item, node_of: Callable[[Item], str]) -> RankStack | None:
     attrs = record.get("attributes", {})
-    rank = _int(attrs.get(A.GLOBAL_RANK))
+    rank = as_int(attrs.get(A.GLOBAL_RANK))
     if rank is None:
         return None
     return RankStack(
@@ -615,7 +617,7 @@ def _ranks(value: Any) -> tuple[int, ...]:
     """``"0,2"`` → ``(0, 2)``; what is not a rank is left out."""
     if isinstance(value, int) and not isinstance(value, bool):
         return (value,)
-    ranks = (_int(part.strip()) for part in str(value or "").split(","))
+    ranks = (as_int(part.strip()) for part in str(value or "").split(","))
     return tuple(sorted({r for r in ranks if r is not None}))
 
 
