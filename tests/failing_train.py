@@ -1,16 +1,15 @@
 """A training script whose rank ``FAIL_RANK`` fails at step 3 while every other rank waits for
 it in an ``all_reduce`` (gloo): the shape of a real failure, where each peer then fails in its
-own collective. ``FAIL_HOW``: ``kill`` (SIGKILL, as the kernel's OOM killer sends), ``segv``,
-``abort`` (SIGABRT, as a collective watchdog does) or ``raise``. It fails once (a marker file
-in ``FAIL_ONCE_DIR``), so that a job with a restart then succeeds. Not decorated with torch's
-``@record``: what the bridge reports needs no change to the training script.
+own collective. ``FAIL_HOW``: how each attempt fails, comma-separated, the first attempt first:
+``kill`` (SIGKILL, as the kernel's OOM killer sends), ``segv``, ``abort`` (SIGABRT, as a
+collective watchdog does) or ``raise``; the attempts after the list succeed. Not decorated with
+torch's ``@record``: what the bridge reports needs no change to the training script.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import pathlib
 import signal
 import time
 
@@ -19,10 +18,6 @@ import torch.distributed as dist
 
 
 def fail(how: str) -> None:
-    marker = pathlib.Path(os.environ["FAIL_ONCE_DIR"]) / "failed"
-    if marker.exists():
-        return
-    marker.write_text(how)
     if how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif how == "segv":
@@ -35,11 +30,13 @@ def fail(how: str) -> None:
 def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    hows = os.environ["FAIL_HOW"].split(",")
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     tensor = torch.ones(4)
     for step in range(200):
-        if step == 3 and rank == int(os.environ["FAIL_RANK"]):
+        if step == 3 and rank == int(os.environ["FAIL_RANK"]) and attempt < len(hows):
             time.sleep(1.0)  # its peers are in the all_reduce by now
-            fail(os.environ["FAIL_HOW"])
+            fail(hows[attempt])
         dist.all_reduce(tensor)
     dist.destroy_process_group()
 

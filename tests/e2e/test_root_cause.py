@@ -1,8 +1,10 @@
-"""Root cause, not victims (issue 18), on real two-node torchrun jobs (c10d, gloo, two workers
-per node): global rank 1 dies at step 3 while every other rank waits for it in an
-``all_reduce``, by SIGKILL, SIGSEGV, SIGABRT or an exception. Exactly that rank's span is
-ERROR, with the right ``error.type`` and exit code; every other worker of the attempt died of
-it (its collective lost the peer) or was stopped by its agent, and says so without ERROR.
+"""Root cause, not victims (issue 18), on a real two-node torchrun job (c10d, gloo, two workers
+per node): in each of its first four attempts global rank 1 dies at step 3 while every other
+rank waits for it in an ``all_reduce``, by SIGKILL, SIGSEGV, SIGABRT or an exception; the fifth
+succeeds. In each failed attempt exactly that rank's span is ERROR, with the right
+``error.type`` and exit code; every other worker of the attempt died of it (its collective lost
+the peer) or was stopped by its agent, and says so without ERROR. One job for the four cases:
+each attempt is a round of its own (its own trace), and one job costs less than four.
 The training script (tests/failing_train.py) is not changed for the bridge: no ``@record``.
 """
 
@@ -11,6 +13,8 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -35,27 +39,55 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("how", list(CASES))
-def test_only_the_rank_that_failed_first_is_an_error(
-    how: str, grpc_receiver: OtlpReceiver, tmp_path: Path
-) -> None:
+@dataclass
+class Job:
+    spans: list[dict]
+    logs: list[dict]
+    timeline: str
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
+    """One job whose first four attempts fail, one way each (:data:`CASES`, in order)."""
+    tmp_path = tmp_path_factory.mktemp("root_cause")
     out = tmp_path / "telemetry.jsonl"
-    env = job_env(
-        grpc_receiver,
-        tmp_path,
-        FAIL_RANK="1",
-        FAIL_HOW=how,
-        FAIL_ONCE_DIR=str(tmp_path),
-        OTEL_TRACES_EXPORTER="otlp,elastic_otel_file",
-        OTEL_LOGS_EXPORTER="otlp,elastic_otel_file",
-        ELASTIC_OTEL_OTLP_JSON_FILE=str(out),
+    with OtlpReceiver("grpc") as receiver:
+        env = job_env(
+            receiver,
+            tmp_path,
+            FAIL_RANK="1",
+            FAIL_HOW=",".join(CASES),
+            OTEL_TRACES_EXPORTER="otlp,elastic_otel_file",
+            OTEL_LOGS_EXPORTER="otlp,elastic_otel_file",
+            ELASTIC_OTEL_OTLP_JSON_FILE=str(out),
+        )
+        restarts = f"--max-restarts={len(CASES)}"
+        results = run_job(env, nproc=2, script=SCRIPT, extra_args=(restarts,))
+        assert [rc for rc, _ in results] == [0, 0], [text[-3000:] for _, text in results]
+        receiver.wait_for_spans(
+            4 * (len(CASES) + 1), timeout=30, where=lambda s: s["name"] == A.SPAN_WORKER
+        )
+        spans, logs = receiver.spans(), receiver.logs()
+    # the timeline names each root cause across both nodes
+    timeline = subprocess.run(
+        [sys.executable, "-m", "elastic_otel.cli", "timeline", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
-    results = run_job(env, nproc=2, script=SCRIPT, extra_args=("--max-restarts=1",))
-    assert [rc for rc, _ in results] == [0, 0], [out[-3000:] for _, out in results]
-    grpc_receiver.wait_for_spans(8, timeout=30, where=lambda s: s["name"] == A.SPAN_WORKER)
-    spans = [s for s in grpc_receiver.spans() if s["name"] == A.SPAN_WORKER]
-    (culprit,) = [w for w in spans if span_attr(w, A.STATE) == "FAILED"]
-    # the failed round's workers (one trace per round); the job then succeeded in the next
+    assert timeline.returncode == 0, timeline.stderr
+    yield Job(spans, logs, timeline.stdout)
+
+
+@pytest.mark.parametrize("how", list(CASES))
+def test_only_the_rank_that_failed_first_is_an_error(how: str, job: Job) -> None:
+    spans = [s for s in job.spans if s["name"] == A.SPAN_WORKER]
+    culprits = sorted(
+        (w for w in spans if span_attr(w, A.STATE) == "FAILED"), key=lambda w: w["start_ns"]
+    )
+    assert len(culprits) == len(CASES), [span_attr(w, A.GLOBAL_RANK) for w in culprits]
+    culprit = culprits[list(CASES).index(how)]  # the attempt that failed this way
+    # the failed round's workers (one trace per round)
     workers = {
         span_attr(w, A.GLOBAL_RANK): w for w in spans if w["trace_id"] == culprit["trace_id"]
     }
@@ -99,7 +131,7 @@ def test_only_the_rank_that_failed_first_is_an_error(
         assert len(stack.encode()) <= 2048  # what Tempo keeps of an attribute
         records = [
             r
-            for r in grpc_receiver.logs()
+            for r in job.logs
             if r["attributes"].get(A.GLOBAL_RANK) == 1
             and r["attributes"].get(A.STATE) == "FAILED"
             and r["span_id"] == culprit["span_id"]
@@ -110,14 +142,5 @@ def test_only_the_rank_that_failed_first_is_an_error(
         assert exc["attributes"][A.EXCEPTION_TYPE] == "RuntimeError"
         assert "failing_train.py" in exc["attributes"][A.EXCEPTION_STACKTRACE]
 
-    # the timeline names the root cause across both nodes
-    timeline = subprocess.run(
-        [sys.executable, "-m", "elastic_otel.cli", "timeline", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert timeline.returncode == 0, timeline.stderr
-    lines = [line for line in timeline.stdout.splitlines() if "root cause" in line.lower()]
-    assert lines, timeline.stdout
-    assert any(re.search(rf"rank 1\b.*{error_type}", line) for line in lines), timeline.stdout
+    lines = [line for line in job.timeline.splitlines() if "root cause" in line.lower()]
+    assert any(re.search(rf"rank 1\b.*{error_type}", line) for line in lines), job.timeline

@@ -242,8 +242,10 @@ def test_sigterm_in_the_exit_barrier_keeps_torchruns_exit_code(
             if handler == "otel":
                 pid = a.pid
                 output = job.output("a")
-    assert exit_codes["otel"] == exit_codes["null"], exit_codes
-    assert exit_codes["otel"] != 0
+    # torch's own ends vary: 1 from its SignalException, or at times SIGABRT as the store it
+    # hosts is torn down at exit (seen without the bridge, the "null" run). Either is torch's.
+    torchs_own = {1, -signal.SIGABRT}
+    assert {exit_codes["otel"], exit_codes["null"]} <= torchs_own, exit_codes
     assert "Got termination signal" in output  # torch's handler ran, after the barrier
     (member,) = [s for s in terminated_spans(grpc_receiver, pid) if s["name"] == A.SPAN_RDZV_MEMBER]
     failed = grpc_receiver.wait_for_logs(1, where=is_signal_failure)
