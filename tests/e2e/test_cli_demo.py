@@ -8,6 +8,8 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -62,19 +64,39 @@ def round_block(output: str, number: int) -> list[str]:
     return block
 
 
-@pytest.mark.e2e
-def test_demo_runs_a_job_with_a_failure_and_a_restart(tmp_path: Path) -> None:
+@dataclass
+class Demo:
+    """One ``elastic-otel demo`` run, exporting over OTLP and to a local file and a page."""
+
+    done: subprocess.CompletedProcess[str]
+    out: Path
+    page: Path
+    endpoint: str
+    received: list[dict]  # the spans the OTLP receiver got
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    tmp_path = tmp_path_factory.mktemp("demo")
     out, page = tmp_path / "demo.jsonl", tmp_path / "demo.html"
-    done = subprocess.run(
-        [*CLI, "demo", "--out", str(out), "--html", str(page)],
-        capture_output=True,
-        text=True,
-        timeout=150,
-        env=demo_env(),
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    text = done.stdout
+    with OtlpReceiver("grpc") as receiver:
+        done = subprocess.run(
+            [*CLI, "demo", "--out", str(out), "--html", str(page)],
+            capture_output=True,
+            text=True,
+            timeout=150,
+            env=demo_env(**receiver.exporter_env()),
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+        receiver.wait_for_spans(2, where=lambda s: s["name"] == "agent.run")
+        yield Demo(done, out, page, receiver.endpoint, receiver.spans())
+
+
+@pytest.mark.e2e
+def test_demo_runs_a_job_with_a_failure_and_a_restart(demo: Demo) -> None:
+    out, page = demo.out, demo.page
+    text = demo.done.stdout
     run_id = run_id_of(text)
 
     # Progress while the job ran.
@@ -141,27 +163,15 @@ def test_demo_runs_a_job_with_a_failure_and_a_restart(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-def test_demo_exports_over_otlp_and_keeps_the_local_file(
-    tmp_path: Path, grpc_receiver: OtlpReceiver
-) -> None:
-    out = tmp_path / "demo.jsonl"
-    done = subprocess.run(
-        [*CLI, "demo", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=150,
-        env=demo_env(**grpc_receiver.exporter_env()),
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert f"OTLP endpoint {grpc_receiver.endpoint}" in done.stdout
-    received = grpc_receiver.wait_for_spans(2, where=lambda s: s["name"] == "agent.run")
-    assert {s["status_code"] for s in received} == {"OK"}
-    spans, _ = read_otlp_json(out)
-    assert sorted(s["span_id"] for s in grpc_receiver.spans()) == sorted(
+def test_demo_exports_over_otlp_and_keeps_the_local_file(demo: Demo) -> None:
+    assert f"OTLP endpoint {demo.endpoint}" in demo.done.stdout
+    received = [s for s in demo.received if s["name"] == "agent.run"]
+    assert len(received) == 2 and {s["status_code"] for s in received} == {"OK"}
+    spans, _ = read_otlp_json(demo.out)
+    assert sorted(s["span_id"] for s in demo.received) == sorted(
         s["span_id"] for s in spans
     )  # the same spans went both ways
-    assert "OTLP export problem" not in done.stdout
-    assert job_processes(run_id_of(done.stdout)) == []
+    assert "OTLP export problem" not in demo.done.stdout
 
 
 @pytest.mark.e2e
