@@ -189,8 +189,8 @@ def run(
     """Parent: every variant, paced and back to back, against one receiver per child."""
     from benchmarks.receiver import ReceiverProcess
 
-    n = events or (400 if quick else 9_000)
-    warmup = warmup or (200 if quick else 1_000)
+    n = events or (200 if quick else 9_000)
+    warmup = warmup or (100 if quick else 1_000)
     paces = paces or ([200] if quick else [2000, 0])
     queue = str(4 * (n + warmup))
     closed = f"http://127.0.0.1:{closed_port()}"

@@ -79,10 +79,10 @@ def run(quick: bool) -> dict[str, Any]:
     from benchmarks.receiver import ReceiverProcess
 
     config = {
-        "events": 20_000 if quick else 1_000_000,
-        "runs": 2_000 if quick else 100_000,
+        "events": 6_000 if quick else 1_000_000,
+        "runs": 600 if quick else 100_000,
         "events_per_run": 10,
-        "sample_every": 2_000 if quick else 50_000,
+        "sample_every": 600 if quick else 50_000,
         "chunk": 1_000,
     }
     with ReceiverProcess("grpc") as rx:

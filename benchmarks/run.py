@@ -37,7 +37,17 @@ def package_fingerprint(root: Path | None = None) -> str:
     return digest.hexdigest()[:16]
 
 
-SECTIONS = ("caller", "exit", "throughput", "startup", "memory", "scale", "recovery", "fork")
+SECTIONS = (
+    "caller",
+    "exit",
+    "throughput",
+    "startup",
+    "memory",
+    "scale",
+    "recovery",
+    "fork",
+    "training",
+)
 
 
 def _stream_description(quick: bool) -> dict[str, int]:
@@ -58,6 +68,7 @@ def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, 
         scale,
         startup,
         throughput,
+        training,
     )
 
     results: dict[str, Any] = {"errors": {}}
@@ -70,6 +81,7 @@ def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, 
         "scale": lambda: scale.run(quick, _scale_inputs(results)),
         "recovery": lambda: recovery.run(quick),
         "fork": lambda: fork.run(quick),
+        "training": lambda: training.run(quick),
     }
     results["load"] = {}
     for name in sections:

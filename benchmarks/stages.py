@@ -178,7 +178,7 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    config = {"events": 500 if quick else 10_000, "repeat": 1 if quick else 3}
+    config = {"events": 200 if quick else 10_000, "repeat": 1 if quick else 3}
     return common.run_child(MODULE, config, common.clean_env({"ELASTIC_OTEL_JOB_ID": "bench"}))
 
 

@@ -230,8 +230,8 @@ def run(quick: bool) -> dict[str, Any]:
     out["pass"] = compare(
         {name: [py, "-c", "pass"] for name, py in pythons.items()},
         env,
-        runs=10 if quick else 40,
-        warmup=2 if quick else 5,
+        runs=5 if quick else 40,
+        warmup=1 if quick else 5,
     )
     out["pass"].pop("stdout")
     torch_pythons = {k: v for k, v in pythons.items() if "wheel" not in k}

@@ -109,9 +109,9 @@ def run(quick: bool) -> dict[str, Any]:
     from benchmarks.collector import RotelCollector
     from benchmarks.receiver import ReceiverProcess
 
-    n = 3_000 if quick else 50_000
-    bound = 1_000 if quick else 10_000
-    warmup = 500 if quick else 2_000
+    n = 1_000 if quick else 50_000
+    bound = 300 if quick else 10_000
+    warmup = 200 if quick else 2_000
     out: dict[str, Any] = {"phases": []}
     with ReceiverProcess("grpc") as rx, RotelCollector(rx.endpoint) as col:
         out["collector"] = f"rotel {col.version}"

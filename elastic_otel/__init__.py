@@ -22,6 +22,9 @@ Usage::
     with tracer.start_as_current_span("load_checkpoint", context=elastic_otel.worker_context()):
         ...
     elastic_otel.mark_first_step()
+    elastic_otel.mark_step(step)  # each step: stalls and goodput
+    with elastic_otel.saving_checkpoint(step):  # or mark_checkpoint(step) after the save
+        save(...)
 
 Importing this package imports neither torch nor the OpenTelemetry SDK.
 """
@@ -37,16 +40,18 @@ if TYPE_CHECKING:
     from elastic_otel.worker.training import WorkerTelemetry
 
 from elastic_otel.version import __version__
-from elastic_otel.worker.progress import mark_step
+from elastic_otel.worker.progress import mark_checkpoint, mark_step, saving_checkpoint
 
 __all__ = [
     "OtelEventHandler",
     "__version__",
     "flush",
     "get_handler",
+    "mark_checkpoint",
     "mark_first_step",
     "mark_step",
     "register",
+    "saving_checkpoint",
     "start_worker_telemetry",
     "stats",
     "unregister",

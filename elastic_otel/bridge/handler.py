@@ -192,6 +192,7 @@ class OtelHandler(logging.Handler):
                     max_tracked=settings.max_open_spans,
                     heartbeat_logs=settings.heartbeat_logs,
                     stall_after_s=settings.stall_after_s,
+                    round_trace_max_nodes=settings.round_trace_max_nodes,
                 ),
                 emitter,
                 self.counters,

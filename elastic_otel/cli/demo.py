@@ -34,6 +34,7 @@ from typing import IO, Any
 
 from elastic_otel.cli.otlp_json_reader import OtlpJsonError, decode_line, read_otlp_json
 from elastic_otel.cli.timeline.build import build_timeline, render_text, use_color
+from elastic_otel.cli.timeline.goodput import goodput_headlines
 from elastic_otel.model.logs import rendezvous_event_name
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
@@ -532,6 +533,8 @@ def _show_timeline(cfg: DemoConfig, stream: IO[str]) -> None:
     timeline = build_timeline(spans, logs)
     stream.write(f"\n[demo] wrote {len(spans)} spans and {len(logs)} log records to {cfg.out}\n\n")
     stream.write(render_text(timeline, color=use_color(stream)))
+    for run_id, line in goodput_headlines(timeline.goodput):
+        stream.write(f"\n[demo] run {run_id}: {line}\n")
     if cfg.html is not None:
         from elastic_otel.cli.timeline.html import render_html
 

@@ -5,7 +5,9 @@ Shipped inside the package so that the demo works after a plain ``pip install``;
 bridge in the agents; the script itself only adds its own spans, as any training script can:
 ``elastic_otel.start_worker_telemetry()`` exports them with the agents' ``OTEL_*`` settings,
 ``elastic_otel.worker_context()`` puts them under this rank's ``worker`` span, and
-``elastic_otel.mark_first_step()`` marks where training resumed after a recovery.
+``elastic_otel.mark_first_step()`` marks where training resumed after a recovery;
+``elastic_otel.mark_step(step)`` and ``elastic_otel.saving_checkpoint(step)`` tell the agents
+which steps count and which a restart redoes (goodput, docs/goodput.md).
 
 Environment:
   TRAIN_STEPS          optimisation steps (default 20)
@@ -18,6 +20,9 @@ Environment:
   TRAIN_FAIL_ONCE_DIR  directory for the marker file that makes the failure happen once
   TRAIN_WAIT_FOR_WORLD idle (up to TRAIN_WAIT_SECONDS, default 120) while the world is
                        smaller than this, so that an elastic scale-up restarts the workers
+  TRAIN_CHECKPOINT_EVERY  steps between checkpoints (default 5; 0: none)
+  TRAIN_CHECKPOINT_DIR where checkpoints are saved and a restart resumes from (default: the
+                       state is saved in memory only, and a restart starts over)
   TRAIN_OTEL           0: no spans of its own (default: when the agent gave it TRACEPARENT)
   TRAIN_EVENTS_FILE    append "<start|fail> <global rank> <restart> <unix time>" lines to it
                        (the recovery benchmark reads them)
@@ -25,6 +30,7 @@ Environment:
 
 from __future__ import annotations
 
+import io
 import os
 import pathlib
 import sys
@@ -56,6 +62,17 @@ def _fail_once(rank: int, restart: int) -> None:
         raise RuntimeError(f"injected failure on rank {rank} (restart {restart})")
 
 
+def _save(path: pathlib.Path | None, model: torch.nn.Module, step: int) -> None:
+    """Save the state (rank 0) to ``path`` atomically, or to memory when there is none."""
+    state = {"model": model.state_dict(), "step": step}
+    if path is None:
+        torch.save(state, io.BytesIO())
+        return
+    temporary = path.with_suffix(".tmp")
+    torch.save(state, temporary)
+    temporary.replace(path)
+
+
 @record
 def main() -> None:
     traced = bool(os.environ.get("TRACEPARENT")) and os.environ.get("TRAIN_OTEL") != "0"
@@ -80,7 +97,15 @@ def main() -> None:
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loss = torch.zeros(())
-    for step in range(int(os.environ.get("TRAIN_STEPS", "20"))):
+    every = int(os.environ.get("TRAIN_CHECKPOINT_EVERY", "5"))
+    directory = os.environ.get("TRAIN_CHECKPOINT_DIR")
+    checkpoint = pathlib.Path(directory) / "checkpoint.pt" if directory else None
+    start = 0
+    if checkpoint is not None and checkpoint.exists():
+        state = torch.load(checkpoint)
+        model.load_state_dict(state["model"])
+        start = state["step"] + 1
+    for step in range(start, int(os.environ.get("TRAIN_STEPS", "20"))):
         x = torch.randn(16, 8)
         loss = ((model(x) - x.sum(dim=1, keepdim=True)) ** 2).mean()
         opt.zero_grad()
@@ -90,8 +115,13 @@ def main() -> None:
                 dist.all_reduce(p.grad)
                 p.grad /= world
         opt.step()
-        if step == 0 and telemetry is not None:
+        elastic_otel.mark_step(step)  # this step counts (until a restart redoes it)
+        if step == start and telemetry is not None:
             elastic_otel.mark_first_step()  # training runs again: a recovery ends here
+        if every > 0 and step % every == every - 1:
+            with elastic_otel.saving_checkpoint(step):  # the steps up to here are kept
+                if rank == 0:
+                    _save(checkpoint, model, step)
     if rank == 0:
         print(f"trained on {world} workers, final loss {loss.item():.4f}, restart {restart}")
     dist.barrier()  # leave together: a peer tearing gloo down early can abort the others

@@ -350,7 +350,11 @@ class Replayer:
         file = _FileState(
             self.emitter_for(source),
             TraceModel(
-                salt=self.salt, heartbeat_logs=env.env_flag(env.ELASTIC_OTEL_HEARTBEAT_LOGS, True)
+                salt=self.salt,
+                heartbeat_logs=env.env_flag(env.ELASTIC_OTEL_HEARTBEAT_LOGS, True),
+                round_trace_max_nodes=env.env_int(
+                    env.ELASTIC_OTEL_ROUND_TRACE_MAX_NODES, env.DEFAULT_ROUND_TRACE_MAX_NODES
+                ),
             ),
             source,
         )

@@ -91,6 +91,13 @@ class Emitter:
         self.resource = resource
         self.scope = InstrumentationScope(A.INSTRUMENTATION_SCOPE, scope_version)
         self.limit = value_limit()
+        # What every span would repeat of its resource: left out of the span (a backend shows
+        # the resource's on each span; 4,096 nodes' join spans share one trace).
+        self._on_resource = {
+            key: resource.attributes[key]
+            for key in (A.HOST_NAME, A.PROCESS_PID)
+            if key in resource.attributes
+        }
 
     def emit_output(self, out: Output) -> None:
         """Emit what one step of the trace model handed out: its spans, then its logs."""
@@ -167,6 +174,10 @@ class Emitter:
             )
             for lk in record.links
         ]
+        attributes = record.attributes
+        on_resource = self._on_resource
+        if on_resource and any(attributes.get(k) == v for k, v in on_resource.items()):
+            attributes = {k: v for k, v in attributes.items() if on_resource.get(k) != v}
         status_code = _STATUS.get(record.status, StatusCode.UNSET)
         status = Status(
             status_code,
@@ -177,7 +188,7 @@ class Emitter:
             context=context,
             parent=parent,
             resource=self.resource,
-            attributes=clean_attributes(record.attributes, limit),
+            attributes=clean_attributes(attributes, limit),
             events=events,
             links=links,
             status=status,

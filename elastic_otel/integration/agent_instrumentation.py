@@ -74,9 +74,11 @@ from collections.abc import Callable, MutableMapping
 from typing import Any, NamedTuple
 
 from elastic_otel.bridge.handler import OtelHandler, get_handler
+from elastic_otel.integration.goodput import GOODPUT
 from elastic_otel.integration.oom_kills import oom_kill_count
 from elastic_otel.integration.training_watch import WATCH, WatchedWorker
 from elastic_otel.model.failures import WorkerEnd, classify, root_cause
+from elastic_otel.model.goodput import Summary
 from elastic_otel.model.stalls import STALL_EVENT_NAME, STALL_STATE, TRAINING, TrainingStall
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
@@ -86,6 +88,7 @@ from elastic_otel.names.torch_names import (
     WORKER_STACKS_EVENT,
     WorkerState,
 )
+from elastic_otel.parsing.worker_progress import WorkerProgress
 from elastic_otel.parsing.worker_reports import (
     WorkerReport,
     main_thread_frame,
@@ -296,6 +299,8 @@ def _monitor_wrapper(bridge: OtelHandler) -> Wrapper:
 def _step_wrapper(step: str, bridge: OtelHandler) -> Wrapper:
     def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         def step_method(self: Any, *args: Any) -> Any:
+            if step == "restart_workers":
+                _end_attempt(self, bridge, lost=True, final=False)
             _report_step(self, step, "start", bridge, extra=_recovery_facts(self, step, args))
             start = time.monotonic()
             error: BaseException | None = None
@@ -307,6 +312,8 @@ def _step_wrapper(step: str, bridge: OtelHandler) -> Wrapper:
             finally:
                 duration_ms = (time.monotonic() - start) * 1000.0
                 _report_step(self, step, "end", bridge, duration_ms, error)
+                if step == "exit_barrier":
+                    _end_attempt(self, bridge, lost=False, final=True)
             if step == "start_workers":
                 _watch_workers(self, args[0], bridge)
             return result
@@ -417,9 +424,62 @@ def _watch_workers(agent: Any, worker_group: Any, bridge: OtelHandler) -> None:
         ) -> None:
             _report_stacks_and_stall(agent, bridge, reason, stacks, stall)
 
-        WATCH.watch(pcontext, workers, report, bridge.settings.stall_after_s, bridge.current_stalls)
+        observe: Callable[[int, list[WorkerProgress]], None] | None = None
+        if bridge.settings.goodput:
+            run_id = agent._worker_group.spec.rdzv_handler.get_run_id()
+
+            def report_goodput(summary: Summary) -> None:
+                _report_goodput(agent, bridge, summary)
+
+            GOODPUT.started(agent, run_id, workers, bridge.settings.stall_after_s, report_goodput)
+            agent_ref = weakref.ref(agent)
+
+            def observe_progress(now_ns: int, readings: list[WorkerProgress]) -> None:
+                watched = agent_ref()
+                if watched is not None:
+                    GOODPUT.observe(watched, now_ns, readings)
+
+            observe = observe_progress
+
+        WATCH.watch(
+            pcontext,
+            workers,
+            report,
+            bridge.settings.stall_after_s,
+            bridge.current_stalls,
+            observe,
+        )
     except Exception:  # never the agent's problem
         _logger.debug("elastic-otel: workers not watched", exc_info=True)
+
+
+def _end_attempt(agent: Any, bridge: OtelHandler, lost: bool, final: bool) -> None:
+    """The worker group's attempt ended now: account for it (see
+    :mod:`elastic_otel.integration.goodput`)."""
+    try:
+        if not bridge.settings.goodput or not _reports_to_bridge(agent, bridge):
+            return
+        failed_at = _failed_at.get(agent) if lost else None
+        failure_ns = int(failed_at * 1e9) if failed_at else None
+        GOODPUT.ended(agent, time.time_ns(), lost, final, failure_ns)
+    except Exception:  # never the agent's problem
+        _logger.debug("elastic-otel: goodput not accounted", exc_info=True)
+
+
+def _report_goodput(agent: Any, bridge: OtelHandler, summary: Summary) -> None:
+    """The attempt's goodput summary as a ``torchelastic.goodput`` event on the node's round."""
+    try:
+        from torch.distributed.elastic.events import EventSource
+
+        event = _construct(agent, A.GOODPUT_STATE, EventSource.AGENT, None)
+        event.name = A.GOODPUT_EVENT_NAME
+        event.metadata.update(
+            {key.removeprefix(A.NS): value for key, value in summary.attributes().items()}
+        )
+        event.timestamp = int(time.time() * 1000)
+        bridge.info(event)
+    except Exception:  # never the agent's problem
+        _logger.debug("elastic-otel: goodput summary not reported", exc_info=True)
 
 
 def _report_stacks_and_stall(
@@ -496,6 +556,8 @@ def _report_outcomes(agent: Any, worker_group: Any, result: Any, handler: OtelHa
     if state == WorkerState.FAILED and ends:
         first = root or min(ends, key=lambda e: e.time_ns)
         _failed_at[agent] = first.time_ns / 1e9
+    if state == WorkerState.FAILED and getattr(agent, "_remaining_restarts", 1) <= 0:
+        _end_attempt(agent, handler, lost=True, final=True)  # no restart left: the job failed
     oom = _oom_killed(agent, ends)
     # The root cause first: the workers that died of it link to its span.
     root_rank = root.global_rank if root is not None else None

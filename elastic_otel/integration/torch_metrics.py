@@ -12,8 +12,9 @@ exports instrument names; characters OTel does not allow become ``_``):
   (the last value: nothing is assumed about how a user's values add up);
 * ``workers.<role>.<name>`` → ``torchelastic.workers.<name>`` with ``torchelastic.role``.
 
-The bridge adds its own: the recovery histograms of :mod:`elastic_otel.emit.recovery_metrics`
-and its health counters (:mod:`elastic_otel.emit.bridge_health`).
+The bridge adds its own: the recovery histograms of :mod:`elastic_otel.emit.recovery_metrics`,
+the goodput gauge and badput counter (:mod:`elastic_otel.emit.goodput_metrics`) and its health
+counters (:mod:`elastic_otel.emit.bridge_health`).
 
 Every point carries ``torchelastic.metric_group``, ``torchelastic.role`` for ``workers.<role>.*``
 and ``torchelastic.run_id`` once known (:func:`set_run_id`, else torchrun's ``--rdzv-id``).
@@ -51,10 +52,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from elastic_otel.bridge import process_exit
-from elastic_otel.emit import bridge_health
+from elastic_otel.emit import bridge_health, goodput_metrics
 from elastic_otel.emit.bounded import run_bounded
 from elastic_otel.emit.recovery_metrics import RecoveryMetrics
 from elastic_otel.integration import torchrun_args
+from elastic_otel.integration.goodput import GOODPUT
 from elastic_otel.integration.training_watch import WATCH
 from elastic_otel.model.stalls import TRAINING
 from elastic_otel.names import attributes as A
@@ -266,6 +268,8 @@ class TorchMetrics:
                 try:
                     bridge_health.observe(meter, self._bridge_stats, self._current_stalls)
                     bridge.observe_spans(RecoveryMetrics(meter).record_spans)
+                    if self.settings.goodput:
+                        goodput_metrics.observe(meter, GOODPUT.points)
                 except Exception as e:  # the bridge's own counters stay in elastic_otel.stats()
                     _logger.warning("elastic-otel: bridge counters not reported as metrics: %s", e)
             original = torch_metrics_api.getStream

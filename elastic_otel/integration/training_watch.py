@@ -79,6 +79,7 @@ class _Group:
     stalled_s: float = 0.0  # how long its training stall has lasted (0: none)
     done: bool = False
     seen: dict[int, WorkerProgress] = field(default_factory=dict)
+    observe: Callable[[int, list[WorkerProgress]], None] | None = None
 
 
 class TrainingWatch:
@@ -101,14 +102,18 @@ class TrainingWatch:
         report: Report,
         after_s: float,
         current_stalls: Callable[[], dict[str, float]],
+        observe: Callable[[int, list[WorkerProgress]], None] | None = None,
     ) -> None:
-        """Watch the workers torch just started in ``pcontext`` (until it is closed)."""
+        """Watch the workers torch just started in ``pcontext`` (until it is closed);
+        ``observe(now_ns, records)`` is given each reading (the goodput accounting's stalls)."""
         if after_s <= 0 or not workers:
             return
         for worker in workers:
             worker.stacks_offset = _size(os.path.join(worker.directory, WORKER_STACKS_FILE))
         with self._lock:
-            self._groups[pcontext] = _Group(workers, report, int(after_s * 1e9), current_stalls)
+            self._groups[pcontext] = _Group(
+                workers, report, int(after_s * 1e9), current_stalls, observe=observe
+            )
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, args=(after_s,), name="elastic-otel-training-watch"
@@ -160,6 +165,8 @@ class TrainingWatch:
                     progress_ns=progress.progress_ns,
                 )
             )
+        if group.observe is not None:
+            group.observe(now_ns, [group.seen[r.global_rank] for r in ranks])
         stall = training_stall(ranks, now_ns, group.after_ns)
         group.stalled_s = stall.seconds if stall is not None else 0.0
         if stall is None:

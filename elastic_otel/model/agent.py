@@ -92,6 +92,21 @@ _OBSERVED_STEPS = {  # the bridge's own (agent_instrumentation), recorded at sta
 _RESTART = "RESTART_WORKERS"  # observed too: the whole recovery
 _AGENT_OUTCOMES = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED})
 _WAIT_KIND = {"EXIT_BARRIER": "exit_barrier", "STOP_WORKERS": "stop_workers"}
+_FAILURE_FACTS = frozenset(
+    {
+        A.RUN_ID,
+        A.HOST_NAME,
+        A.GLOBAL_RANK,
+        A.LOCAL_RANK,
+        A.STATE,
+        A.FAILURE_KIND,
+        A.ERROR_TYPE,
+        A.PROCESS_EXIT_CODE,
+        A.OOM_KILL,
+        A.AGENT_RESTARTS,
+    }
+)
+"""What a ``worker.failure`` span repeats of the worker span it stands for."""
 _WAIT_CONTEXT = frozenset({A.RUN_ID, A.RANK, A.HOST_NAME, A.ROLE, A.AGENT_RESTARTS})
 _SPAN_KEYS = (
     A.RUN_ID,
@@ -127,6 +142,10 @@ class RoundView(Protocol):
 
     def member_context(self, run_id: str) -> SpanRef | None:
         """The ids of the node's open ``rendezvous.member`` span (``None``: between rounds)."""
+
+    def round_context(self, run_id: str) -> SpanRef | None:
+        """The round's trace and the node's join span in it, when the node's spans are in a
+        trace of their own (a large round); ``None`` otherwise."""
 
     def joined_round(self, run_id: str) -> int | None:
         """The round the node last joined (``None``: no join seen)."""
@@ -457,6 +476,7 @@ class AgentModel:
             status = STATUS_ERROR
             if agent.failed is None:
                 agent.failed = span
+            self._failure_in_round(agent, span, t, out)
         elif ev.state == WorkerState.PEER_FAILED:
             _peer_failed(span, ev, agent.failed)
             status = STATUS_UNSET
@@ -469,6 +489,25 @@ class AgentModel:
         out.log(ev, span)
         if rank is not None:
             agent.ended[rank] = span
+
+    def _failure_in_round(self, agent: Agent, worker: SpanRecord, t: int, out: Output) -> None:
+        """In a round with a trace per node, a root cause also shows in the round's trace: a
+        ``worker.failure`` span under the node's join span, linked to the ``worker`` span."""
+        round_ref = self._rounds.round_context(agent.run_id)
+        if round_ref is None or round_ref.trace_id == worker.trace_id:
+            return
+        attributes = {k: v for k, v in worker.attributes.items() if k in _FAILURE_FACTS}
+        span = SpanRecord(
+            A.SPAN_WORKER_FAILURE,
+            worker.start_ns,
+            attributes,
+            trace_id=round_ref.trace_id,
+            parent_span_id=round_ref.span_id,
+            event_limit=self.event_limit,
+        )
+        span.links.append(_failure_link(worker))
+        span.status_message = worker.status_message
+        out.spans.append(span.end(t, STATUS_ERROR))
 
     def _end_workers(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from elastic_otel.model.goodput import describe_summary
 from elastic_otel.model.stalls import (
     STALL_EVENT_NAME,
     STALL_STATE,
@@ -70,6 +71,8 @@ def body(event: ElasticEvent) -> str:
         return err.stacktrace
     if event.name == STALL_EVENT_NAME and event.attributes.get(A.STALLED_IN) == TRAINING:
         return describe_training_stall(event.attributes)
+    if event.name == A.GOODPUT_EVENT_NAME:
+        return describe_summary(event.attributes)
     return event.body
 
 

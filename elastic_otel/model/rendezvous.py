@@ -6,6 +6,13 @@ Per node (hostname, pid, local_id) and rendezvous round, in the round's shared t
     rendezvous.join      "attempts to join" → "has joined round N as rank R" (OK) or FAILED (ERROR)
      └─ rendezvous.member  joined → re-join / close / failure / exit; keep-alives aggregated
 
+**Large rounds.** A round of more than ``round_trace_max_nodes`` nodes (the world size is in
+the "has joined" message, so every node decides alike without asking the others) would make
+one trace too large for Tempo (5 MB) and Jaeger (10,000 spans per query): there each node's
+member span, and so everything under it (agent steps, workers, the training script's spans),
+is the root of a trace of the node's own, derived from (run, round, rank); the round's trace
+keeps one ``rendezvous.join`` per node, and the two are linked both ways (``LINK_KIND``).
+
 The round is only in torch's message text, and only after the join began, so the join span
 gets its trace id once the round is known; its log records wait for it (bounded), so that
 each log carries the trace and span id it belongs to. Each member span links to the same
@@ -109,6 +116,7 @@ class Node:
         "prev_member",
         "rank",
         "round",
+        "round_ref",
         "run_id",
         "world_size",
     )
@@ -123,6 +131,7 @@ class Node:
         self.world_size: int | None = None
         self.pending: list[ElasticEvent] = []  # join-phase logs waiting for their round
         self.prev_member: MemberRef | None = None
+        self.round_ref: SpanRef | None = None  # its join span, when its member has its own trace
         self.backend = ""
         self.last_message = ""  # the last rendezvous message other than a keep-alive
 
@@ -179,9 +188,11 @@ class RendezvousModel:
         listener: RoundListener,
         event_limit: int = DEFAULT_EVENT_LIMIT,
         heartbeat_logs: bool = True,
+        round_trace_max_nodes: int = 0,
     ) -> None:
         self._trace = trace_ids
         self._listener = listener
+        self.round_trace_max_nodes = round_trace_max_nodes
         self.event_limit = event_limit
         self.heartbeat_logs = heartbeat_logs
         self.heartbeat_logs_skipped = 0
@@ -200,6 +211,12 @@ class RendezvousModel:
         """The ids of the open member span of ``run_id``'s latest node (``RoundView``)."""
         node = self.latest_node(run_id)
         return node.member.ref if node is not None and node.member is not None else None
+
+    def round_context(self, run_id: str) -> SpanRef | None:
+        """The round's trace and the node's join span in it, when the node's spans are in a
+        trace of their own (a large round); ``None`` otherwise (``RoundView``)."""
+        node = self.latest_node(run_id)
+        return node.round_ref if node is not None and node.member is not None else None
 
     def joined_round(self, run_id: str) -> int | None:
         """The round ``run_id``'s latest node last joined, if any (``RoundView``)."""
@@ -381,8 +398,17 @@ class RendezvousModel:
         if ev.world_size is not None:
             round_attrs[A.WORLD_SIZE] = ev.world_size
 
-        parent = 0
+        own = self._node_trace(node, rnd, ev.rank, ev.world_size)
         join = node.join
+        member = SpanRecord(
+            A.SPAN_RDZV_MEMBER,
+            t,
+            node.base_attributes(),
+            trace_id=own or trace,
+            event_limit=self.event_limit,
+        )
+        member.attributes.update(round_attrs)
+        node.round_ref = None
         if join is not None:
             if not join.trace_id or node.hint != rnd:
                 join.trace_id = trace
@@ -391,25 +417,30 @@ class RendezvousModel:
             self._flush_pending(node, out)
             out.log(ev, join)
             join.end(t, STATUS_OK)
-            parent = join.span_id if join.trace_id == trace else 0
+            if own:  # linked both ways: the ids of both are known now
+                # Its events are log records on it already; 4,096 joins share this trace.
+                join.events.clear()
+                join.links.append(_layout_link(member, rnd, A.LINK_NODE))
+                member.links.append(_layout_link(join, rnd, A.LINK_ROUND))
+                node.round_ref = SpanRef(join.trace_id, join.span_id)
+            elif join.trace_id == trace:
+                member.parent_span_id = join.span_id
             self._emit_join(node, join, out)
         else:
             self._flush_pending(node, out)
-
-        member = SpanRecord(
-            A.SPAN_RDZV_MEMBER,
-            t,
-            node.base_attributes(),
-            trace_id=trace,
-            parent_span_id=parent,
-            event_limit=self.event_limit,
-        )
-        member.attributes.update(round_attrs)
         if node.prev_member is not None:
             member.links.append(node.prev_member.link())
         node.member = member
         if join is None:
             out.log(ev, member)
+
+    def _node_trace(self, node: Node, rnd: int, rank: int | None, world: int | None) -> int:
+        """The trace of the node's own spans in a round too large for one trace (else 0)."""
+        limit = self.round_trace_max_nodes
+        if limit <= 0 or world is None or world <= limit:
+            return 0
+        who = f"rank {rank}" if rank is not None else f"{node.hostname} {node.pid} {node.local_id}"
+        return self._trace(node.run_id, f"{rnd} {who}")
 
     def _failed(self, node: Node, ev: ElasticEvent, out: Output) -> None:
         t = ev.time_ns
@@ -500,6 +531,10 @@ class RendezvousModel:
             out.logs.append(LogOut(ev, fallback.trace_id, fallback.span_id))
         else:
             out.log(ev, None)
+
+
+def _layout_link(span: SpanRecord, rnd: int, kind: str) -> SpanLink:
+    return SpanLink(span.trace_id, span.span_id, {A.ROUND: rnd, A.LINK_KIND: kind})
 
 
 def _event_attrs(ev: ElasticEvent) -> SpanAttributes:

@@ -45,6 +45,7 @@ class TraceModel:
         event_limit: int = DEFAULT_EVENT_LIMIT,
         heartbeat_logs: bool = True,
         stall_after_s: float = 0.0,
+        round_trace_max_nodes: int = 0,
     ) -> None:
         self.max_tracked = max(1, max_tracked)
         self.stall_watch = StallWatch(stall_after_s)
@@ -52,7 +53,9 @@ class TraceModel:
         trace_ids = TraceIds(salt)
         # The rendezvous model tells this model (a RoundListener relaying to the agent model);
         # the agent model asks the rendezvous model (its RoundView).
-        self.rendezvous = RendezvousModel(trace_ids, self, event_limit, heartbeat_logs)
+        self.rendezvous = RendezvousModel(
+            trace_ids, self, event_limit, heartbeat_logs, round_trace_max_nodes
+        )
         self.agents = AgentModel(trace_ids, self.rendezvous, event_limit)
         self.evicted = 0
 

@@ -25,6 +25,12 @@ STATE: Final = "torchelastic.state"
 NODE_STATE: Final = "torchelastic.node_state"
 ROUND: Final = "torchelastic.round"
 WORLD_SIZE: Final = "torchelastic.world_size"
+LINK_KIND: Final = "torchelastic.link.kind"
+"""On the links between a round's trace and a node's own trace (large rounds): ``node`` on the
+``rendezvous.join`` span's link to the node's ``rendezvous.member`` span, ``round`` on the
+member's link back."""
+LINK_NODE: Final = "node"
+LINK_ROUND: Final = "round"
 LOCAL_ID: Final = "torchelastic.local_id"
 MASTER_ENDPOINT: Final = "torchelastic.master_endpoint"
 RDZV_BACKEND: Final = "torchelastic.rdzv_backend"
@@ -142,6 +148,9 @@ SPAN_AGENT_START_WORKERS: Final = "agent.start_workers"
 SPAN_AGENT_RECOVERY: Final = "agent.recovery"
 """From the agent noticing a failure or a waiting node to its workers running again; in the
 new round's trace, with the phases as children."""
+SPAN_WORKER_FAILURE: Final = "worker.failure"
+"""In a round with a trace per node: a root-cause failure, also in the round's trace (under its
+node's ``rendezvous.join``, linked to the ``worker`` span), so that the round shows it."""
 SPAN_WORKER_FIRST_STEP: Final = "worker.first_step"
 """Emitted by the training script (:func:`elastic_otel.mark_first_step`): worker start to its
 first training step, a child of the rank's ``worker`` span."""
@@ -168,3 +177,62 @@ METRIC_WORKER_FAILURES: Final = "torchelastic.worker.failures"
 """Counter: root-cause worker failures (never the workers that died of them), by ``error.type``."""
 METRIC_STALLED_SECONDS: Final = "torchelastic.stalled.seconds"
 """Gauge: the longest current wait per ``torchelastic.stalled.in`` past the stall threshold."""
+
+# Goodput (elastic_otel.model.goodput; docs/goodput.md).
+METRIC_GOODPUT: Final = "torchelastic.goodput"
+"""Gauge (``1``): the job's productive step time over its wall time so far."""
+METRIC_BADPUT_DURATION: Final = "torchelastic.badput.duration"
+"""Counter (``s``) by ``torchelastic.badput.category``: wall time that did not train."""
+BADPUT_CATEGORY: Final = "torchelastic.badput.category"
+"""Where badput went: ``startup``, ``recovery``, ``lost_progress``, ``checkpoint``, ``stall``,
+``unexplained``."""
+BADPUT_STARTUP: Final = "startup"
+BADPUT_RECOVERY: Final = "recovery"
+BADPUT_LOST_PROGRESS: Final = "lost_progress"
+BADPUT_CHECKPOINT: Final = "checkpoint"
+BADPUT_STALL: Final = "stall"
+BADPUT_UNEXPLAINED: Final = "unexplained"
+BADPUT_CATEGORIES: Final = (
+    BADPUT_STARTUP,
+    BADPUT_RECOVERY,
+    BADPUT_LOST_PROGRESS,
+    BADPUT_CHECKPOINT,
+    BADPUT_STALL,
+    BADPUT_UNEXPLAINED,
+)
+GOODPUT_EVENT_NAME: Final = "torchelastic.goodput"
+"""``event_name`` of the summary log record at the end of each attempt."""
+GOODPUT_STATE: Final = "GOODPUT"
+GOODPUT_ATTEMPT: Final = "torchelastic.goodput.attempt"
+"""Which attempt (worker group run) of the job the summary is about, from 0."""
+GOODPUT_FINAL: Final = "torchelastic.goodput.final"
+"""``true`` on the summary of the job's last attempt (the job ended)."""
+GOODPUT_RATIO: Final = "torchelastic.goodput.ratio"
+GOODPUT_SECONDS: Final = "torchelastic.goodput.seconds"
+GOODPUT_WALL_SECONDS: Final = "torchelastic.goodput.wall_seconds"
+GOODPUT_JOB_RATIO: Final = "torchelastic.goodput.job.ratio"
+GOODPUT_JOB_SECONDS: Final = "torchelastic.goodput.job.seconds"
+GOODPUT_JOB_WALL_SECONDS: Final = "torchelastic.goodput.job.wall_seconds"
+BADPUT_STARTUP_SECONDS: Final = "torchelastic.badput.startup.seconds"
+BADPUT_RECOVERY_SECONDS: Final = "torchelastic.badput.recovery.seconds"
+BADPUT_LOST_PROGRESS_SECONDS: Final = "torchelastic.badput.lost_progress.seconds"
+BADPUT_CHECKPOINT_SECONDS: Final = "torchelastic.badput.checkpoint.seconds"
+BADPUT_STALL_SECONDS: Final = "torchelastic.badput.stall.seconds"
+BADPUT_UNEXPLAINED_SECONDS: Final = "torchelastic.badput.unexplained.seconds"
+BADPUT_JOB_PREFIX: Final = "torchelastic.badput.job."
+"""``torchelastic.badput.job.<category>.seconds``: the job's badput so far, per category."""
+GOODPUT_FIRST_STEP: Final = "torchelastic.goodput.first_step"
+GOODPUT_LAST_STEP: Final = "torchelastic.goodput.last_step"
+GOODPUT_CHECKPOINT_STEP: Final = "torchelastic.goodput.checkpoint_step"
+GOODPUT_LOST_STEPS_FIRST: Final = "torchelastic.goodput.lost_steps.first"
+GOODPUT_LOST_STEPS_LAST: Final = "torchelastic.goodput.lost_steps.last"
+GOODPUT_SAVES: Final = "torchelastic.goodput.saves"
+GOODPUT_LOST_START: Final = "torchelastic.goodput.lost_progress.start_time_unix_nano"
+"""When the progress a restart redoes began (the last checkpoint, else the first step)."""
+GOODPUT_LOST_END: Final = "torchelastic.goodput.lost_progress.end_time_unix_nano"
+"""When it ended (the failure)."""
+
+
+def badput_seconds_key(category: str, job: bool = False) -> str:
+    """The summary record's attribute for ``category``'s seconds (the attempt's or the job's)."""
+    return f"{BADPUT_JOB_PREFIX if job else NS + 'badput.'}{category}.seconds"

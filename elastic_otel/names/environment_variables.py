@@ -76,6 +76,16 @@ a WARN stall report says so, repeated at that interval while it lasts (default `
 turns reports off)."""
 DEFAULT_STALL_AFTER_S = 60.0
 
+ELASTIC_OTEL_GOODPUT = "ELASTIC_OTEL_GOODPUT"
+"""``false``: no goodput accounting in the agent (no summary records, no goodput metrics); the
+training script's ``mark_step`` / ``mark_checkpoint`` still cost what they cost."""
+
+ELASTIC_OTEL_ROUND_TRACE_MAX_NODES = "ELASTIC_OTEL_ROUND_TRACE_MAX_NODES"
+"""Nodes a rendezvous round may have and still be one trace (default ``128``; ``0``: no limit).
+In a larger round each node's spans form a trace of their own, linked both ways with its
+``rendezvous.join`` span in the round's trace (docs/trace-model.md, "Large jobs")."""
+DEFAULT_ROUND_TRACE_MAX_NODES = 128
+
 ELASTIC_OTEL_FORK_GUARD = "ELASTIC_OTEL_FORK_GUARD"
 """``false``: no fork guard (:mod:`elastic_otel.bridge.fork_safety`); a forked child of a bridged
 process may then hang where it would crash without the bridge (default ``true``)."""

@@ -29,11 +29,13 @@ from elastic_otel.names.environment_variables import (
     DEFAULT_QUEUE_SIZE,
     DEFAULT_RAW_LIMIT,
     DEFAULT_RETRY_QUEUE_SIZE,
+    DEFAULT_ROUND_TRACE_MAX_NODES,
     DEFAULT_STALL_AFTER_S,
     ELASTIC_OTEL_AGENT_INSTRUMENTATION,
     ELASTIC_OTEL_ENABLED,
     ELASTIC_OTEL_EXIT_TIMEOUT,
     ELASTIC_OTEL_FORK_GUARD,
+    ELASTIC_OTEL_GOODPUT,
     ELASTIC_OTEL_HEARTBEAT_LOGS,
     ELASTIC_OTEL_MAX_OPEN_SPANS,
     ELASTIC_OTEL_METRICS,
@@ -42,6 +44,7 @@ from elastic_otel.names.environment_variables import (
     ELASTIC_OTEL_RAW_LIMIT,
     ELASTIC_OTEL_RDZV_EVENTS,
     ELASTIC_OTEL_RETRY_QUEUE_SIZE,
+    ELASTIC_OTEL_ROUND_TRACE_MAX_NODES,
     ELASTIC_OTEL_STALL_AFTER,
     ELASTIC_OTEL_TRACES,
     ELASTIC_OTEL_WORKER_STARTUP,
@@ -81,12 +84,16 @@ class Settings:
     """``ELASTIC_OTEL_OPEN_SPAN_INTERVAL``: seconds between open-span snapshots (0: none)."""
     stall_after_s: float = DEFAULT_STALL_AFTER_S
     """``ELASTIC_OTEL_STALL_AFTER``: seconds of waiting before a stall report (0: none)."""
+    round_trace_max_nodes: int = DEFAULT_ROUND_TRACE_MAX_NODES
+    """``ELASTIC_OTEL_ROUND_TRACE_MAX_NODES``: larger rounds get a trace per node (0: never)."""
     fork_guard: bool = True
     """``ELASTIC_OTEL_FORK_GUARD``."""
     raw_limit: int = DEFAULT_RAW_LIMIT
     """``ELASTIC_OTEL_RAW_LIMIT``: characters of unparseable input kept."""
     worker_startup: bool = True
     """``ELASTIC_OTEL_WORKER_STARTUP``: the worker-side start-up the instrumented agent arranges."""
+    goodput: bool = True
+    """``ELASTIC_OTEL_GOODPUT``: the agent's goodput accounting (summary records, metrics)."""
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -106,7 +113,11 @@ class Settings:
                 ELASTIC_OTEL_OPEN_SPAN_INTERVAL, DEFAULT_OPEN_SPAN_INTERVAL_S
             ),
             stall_after_s=env_float(ELASTIC_OTEL_STALL_AFTER, DEFAULT_STALL_AFTER_S),
+            round_trace_max_nodes=env_int(
+                ELASTIC_OTEL_ROUND_TRACE_MAX_NODES, DEFAULT_ROUND_TRACE_MAX_NODES
+            ),
             fork_guard=env_flag(ELASTIC_OTEL_FORK_GUARD, True),
             raw_limit=env_int(ELASTIC_OTEL_RAW_LIMIT, DEFAULT_RAW_LIMIT),
             worker_startup=env_flag(ELASTIC_OTEL_WORKER_STARTUP, True),
+            goodput=env_flag(ELASTIC_OTEL_GOODPUT, True),
         )

@@ -32,6 +32,25 @@ offset format field            meaning
 72     q      seq              seqlock counter (below)
 ====== ====== ================ ===========================================================
 
+**Goodput extension** (:data:`EXTENSION_SIZE`, 64 bytes right after the record; a file of
+exactly :data:`RECORD_SIZE` bytes, from a worker without it, still reads, with these fields
+unset). What :func:`elastic_otel.mark_step` and :func:`elastic_otel.mark_checkpoint` leave for
+the goodput accounting (:mod:`elastic_otel.model.goodput`), with a seqlock of its own:
+
+====== ====== ================ ===========================================================
+offset format field            meaning
+====== ====== ================ ===========================================================
+80     4s     ext_magic        :data:`EXTENSION_MAGIC`
+84     I      ext_version      :data:`EXTENSION_VERSION`
+88     q      first_step       the first step this process marked; -1: none
+96     q      first_step_ns    when it was marked; 0: none
+104    q      checkpoint_step  the step the last checkpoint marked covers; -1: none
+112    q      checkpoint_ns    when that checkpoint was marked (its save ended); 0: none
+120    q      save_ns          blocking time of the saves measured (after the first step)
+128    q      saves            how many saves were measured
+136    q      ext_seq          the extension's seqlock counter
+====== ====== ================ ===========================================================
+
 Times are ns since the epoch (``time.time_ns()``); every field from offset 16 on is an aligned
 8-byte word. The first 16 bytes never change once written, and the worker never shrinks the
 file (a new record is renamed over an old one), so the reader maps it too. ``seq`` is even
@@ -50,6 +69,7 @@ nothing here raises for it. Pure standard library: no torch, no OpenTelemetry.
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import stat
@@ -80,6 +100,27 @@ SEQ = struct.Struct("<q")
 SEQ_OFFSET = BODY_OFFSET + BODY_FIELDS.index("seq") * SEQ.size
 RECORD_SIZE = HEADER.size + BODY.size
 NO_STEP = -1
+
+EXTENSION_MAGIC = b"EOTG"
+EXTENSION_VERSION = 1
+EXTENSION_HEADER = struct.Struct("<4sI")
+EXTENSION_FIELDS = (
+    "first_step",
+    "first_step_ns",
+    "checkpoint_step",
+    "checkpoint_ns",
+    "save_ns",
+    "saves",
+    "ext_seq",
+)
+"""The extension's 8-byte words after its header, in order."""
+EXTENSION_BODY = struct.Struct("<" + "q" * len(EXTENSION_FIELDS))
+EXTENSION_OFFSET = RECORD_SIZE
+EXTENSION_BODY_OFFSET = EXTENSION_OFFSET + EXTENSION_HEADER.size
+EXTENSION_SEQ_OFFSET = EXTENSION_BODY_OFFSET + EXTENSION_FIELDS.index("ext_seq") * SEQ.size
+EXTENSION_SIZE = EXTENSION_HEADER.size + EXTENSION_BODY.size
+FULL_SIZE = RECORD_SIZE + EXTENSION_SIZE
+"""The size of a record the worker writes now: the record and its goodput extension."""
 
 COLLECTIVES = (
     "",
@@ -145,6 +186,16 @@ class WorkerProgress:
     step_ns: int | None
     progress_ns: int
     """The last progress of any kind: a collective completed, a step marked (else the start)."""
+    first_step: int | None = None
+    """The first step this process marked (the goodput extension; ``None``: none, or none)."""
+    first_step_ns: int | None = None
+    checkpoint_step: int | None = None
+    """The step the last checkpoint it marked covers (``None``: none)."""
+    checkpoint_ns: int | None = None
+    """When that checkpoint was marked: its save had ended."""
+    save_ns: int = 0
+    """Blocking time of the checkpoint saves it measured, after its first step."""
+    saves: int = 0
 
     @property
     def in_collective(self) -> bool:
@@ -166,18 +217,21 @@ def read_progress(directory_or_error_file: str) -> WorkerProgress | None:
     except (OSError, ValueError):
         return None
     try:
-        if os.fstat(fd).st_size != RECORD_SIZE:
+        size = os.fstat(fd).st_size
+        if size not in (RECORD_SIZE, FULL_SIZE):
             return None
         # Mapped, the seqlock's reads are loads a few nanoseconds apart, where each pread is a
         # system call: a busy writer changes the record less often than that. The worker
         # never shrinks a record it wrote (a new one is renamed over it), so the mapping stays
         # whole; a copy of the bytes is read when the file cannot be mapped.
         try:
-            mapping: mmap.mmap | None = mmap.mmap(fd, RECORD_SIZE, access=mmap.ACCESS_READ)
+            mapping: mmap.mmap | None = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
         except (OSError, ValueError):
             mapping = None
         try:
-            record = _consistent_record(mapping if mapping is not None else _Pread(fd))
+            source = mapping if mapping is not None else _Pread(fd)
+            record = _consistent_record(source)
+            extension = _consistent_extension(source) if size == FULL_SIZE else None
         finally:
             if mapping is not None:
                 mapping.close()
@@ -197,7 +251,7 @@ def read_progress(directory_or_error_file: str) -> WorkerProgress | None:
         collective = None
     else:
         collective = COLLECTIVES[index] if index < len(COLLECTIVES) else f"#{index}"
-    return WorkerProgress(
+    progress_record = WorkerProgress(
         pid=pid,
         stack_signal=max(stack_signal, 0),
         entered=entered,
@@ -207,6 +261,29 @@ def read_progress(directory_or_error_file: str) -> WorkerProgress | None:
         step=step if step >= 0 else None,
         step_ns=step_ns if step >= 0 else None,
         progress_ns=progress,
+    )
+    return _with_extension(progress_record, extension)
+
+
+def _with_extension(progress: WorkerProgress, extension: bytes | None) -> WorkerProgress:
+    """``progress`` with the goodput extension's fields (unchanged when there is none, or it is
+    not one this reader knows: the record itself stays readable)."""
+    if extension is None:
+        return progress
+    magic, version = EXTENSION_HEADER.unpack_from(extension)
+    if magic != EXTENSION_MAGIC or version != EXTENSION_VERSION:
+        return progress
+    first, first_ns, checkpoint, checkpoint_ns, save_ns, saves, _ = EXTENSION_BODY.unpack_from(
+        extension, EXTENSION_HEADER.size
+    )
+    return dataclasses.replace(
+        progress,
+        first_step=first if first >= 0 and first_ns > 0 else None,
+        first_step_ns=first_ns if first >= 0 and first_ns > 0 else None,
+        checkpoint_step=checkpoint if checkpoint >= 0 and checkpoint_ns > 0 else None,
+        checkpoint_ns=checkpoint_ns if checkpoint >= 0 and checkpoint_ns > 0 else None,
+        save_ns=max(save_ns, 0),
+        saves=max(saves, 0),
     )
 
 
@@ -229,6 +306,22 @@ def _consistent_record(record: mmap.mmap | _Pread) -> bytes | None:
         data = record[0:SEQ_OFFSET]
         after = record[SEQ_OFFSET:RECORD_SIZE]
         if len(before) != SEQ.size or len(data) != SEQ_OFFSET:
+            return None
+        if before == after and SEQ.unpack(before)[0] % 2 == 0:
+            return data + after
+    return None
+
+
+def _consistent_extension(record: mmap.mmap | _Pread) -> bytes | None:
+    """The goodput extension's bytes as one update left them (its own seqlock)."""
+    end = EXTENSION_OFFSET + EXTENSION_SIZE
+    for pause in (0.0,) * _QUICK_TRIES + _PAUSES_S:
+        if pause:
+            time.sleep(pause)
+        before = record[EXTENSION_SEQ_OFFSET:end]
+        data = record[EXTENSION_OFFSET:EXTENSION_SEQ_OFFSET]
+        after = record[EXTENSION_SEQ_OFFSET:end]
+        if len(before) != SEQ.size or len(data) != EXTENSION_SEQ_OFFSET - EXTENSION_OFFSET:
             return None
         if before == after and SEQ.unpack(before)[0] % 2 == 0:
             return data + after

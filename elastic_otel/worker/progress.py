@@ -15,6 +15,10 @@ while the worker runs, hangs, or after it died.
   completes when it returns, at issue, not when its work does. What torch runs in C++ alone
   (DDP's gradient all-reduce in its reducer) is not seen.
 * :func:`mark_step`: the script's step, for the agent to compare ranks.
+* :func:`mark_checkpoint` and :func:`saving_checkpoint`: the checkpoint that covers a step, and
+  how long its save blocked training, for the goodput accounting
+  (:mod:`elastic_otel.model.goodput`). They write the record's goodput extension, which has a
+  seqlock of its own; :func:`mark_step` writes there once, at the first step.
 * One writer: the thread that armed the record, the main thread, which runs a torchrun script.
   Calls from other threads go through unrecorded (a dump still shows their stacks): two writers
   would need a lock, which would cost more than all the rest.
@@ -63,6 +67,12 @@ _state = [0, 0, 0]
 """seq, entered, completed: the values last stored, read here rather than from the mapping."""
 # Where mark_step stores, as indices of 8-byte words (set by arm, from the layout).
 _SEQ = _STEP = _STEP_NS = _PROGRESS = 0
+# The goodput extension's words (set by arm) and what was last stored there.
+_EXT_SEQ = _FIRST_STEP = _FIRST_NS = _CKPT_STEP = _CKPT_NS = _SAVE_NS = _SAVES = 0
+_first_ns = 0
+"""When this process marked its first step (0: not yet): mark_step's one extra check."""
+_ext = [0, 0, 0]
+"""ext_seq, save_ns, saves: the values last stored in the extension."""
 _fork_hook = False
 
 
@@ -77,15 +87,23 @@ def arm(path: str, stack_signal: int = 0) -> None:
     """Create the record at ``path`` (replacing any there: a program this process exec'd from
     left it) and write to it from the calling thread on. ``stack_signal``: the signal the
     worker dumps its stacks on, for the agent (0: none)."""
-    global _view, _writer, _fork_hook, _SEQ, _STEP, _STEP_NS, _PROGRESS
+    global _view, _writer, _fork_hook, _SEQ, _STEP, _STEP_NS, _PROGRESS, _first_ns
+    global _EXT_SEQ, _FIRST_STEP, _FIRST_NS, _CKPT_STEP, _CKPT_NS, _SAVE_NS, _SAVES
     import mmap
 
     from elastic_otel.parsing.worker_progress import (
         BODY,
         BODY_FIELDS,
+        EXTENSION_BODY,
+        EXTENSION_BODY_OFFSET,
+        EXTENSION_FIELDS,
+        EXTENSION_HEADER,
+        EXTENSION_MAGIC,
+        EXTENSION_VERSION,
         HEADER,
         MAGIC,
         NO_STEP,
+        SEQ,
         VERSION,
     )
 
@@ -95,8 +113,13 @@ def arm(path: str, stack_signal: int = 0) -> None:
     seq = 2
     values = {name: 0 for name in BODY_FIELDS}
     values.update(since_ns=now, progress_ns=now, step=NO_STEP, seq=seq)
-    data = HEADER.pack(MAGIC, VERSION, os.getpid(), stack_signal) + BODY.pack(
-        *(values[name] for name in BODY_FIELDS)
+    extension = {name: 0 for name in EXTENSION_FIELDS}
+    extension.update(first_step=NO_STEP, checkpoint_step=NO_STEP, ext_seq=seq)
+    data = (
+        HEADER.pack(MAGIC, VERSION, os.getpid(), stack_signal)
+        + BODY.pack(*(values[name] for name in BODY_FIELDS))
+        + EXTENSION_HEADER.pack(EXTENSION_MAGIC, EXTENSION_VERSION)
+        + EXTENSION_BODY.pack(*(extension[name] for name in EXTENSION_FIELDS))
     )
     # Written whole under another name, then renamed: a reader never sees a part of it.
     temporary = f"{path}.{os.getpid()}.tmp"
@@ -123,6 +146,12 @@ def arm(path: str, stack_signal: int = 0) -> None:
     _state[:] = [seq, 0, 0]
     slots = _slots()
     _SEQ, _STEP, _STEP_NS, _PROGRESS = (slots[k] for k in ("seq", "step", "step_ns", "progress_ns"))
+    ext = {name: EXTENSION_BODY_OFFSET // SEQ.size + i for i, name in enumerate(EXTENSION_FIELDS)}
+    _EXT_SEQ, _FIRST_STEP, _FIRST_NS = ext["ext_seq"], ext["first_step"], ext["first_step_ns"]
+    _CKPT_STEP, _CKPT_NS = ext["checkpoint_step"], ext["checkpoint_ns"]
+    _SAVE_NS, _SAVES = ext["save_ns"], ext["saves"]
+    _ext[:] = [seq, 0, 0]
+    _first_ns = 0
     _writer = _get_ident()
     if not _fork_hook:
         os.register_at_fork(after_in_child=_disarm)
@@ -160,8 +189,94 @@ def mark_step(step: int) -> None:
         view[_STEP_NS] = now
         view[_PROGRESS] = now
         view[_SEQ] = _state[0] = seq + 2
+        if not _first_ns:
+            _mark_first(view, step, now)
     except Exception:
         pass
+
+
+def _mark_first(view: memoryview, step: int, now: int) -> None:
+    """The first step this process marked, in the goodput extension (once)."""
+    global _first_ns
+    _first_ns = now
+    seq = _ext[0]
+    view[_EXT_SEQ] = seq + 1
+    view[_FIRST_STEP] = step
+    view[_FIRST_NS] = now
+    view[_EXT_SEQ] = _ext[0] = seq + 2
+
+
+def mark_checkpoint(step: int, _save_ns: int = 0) -> None:
+    """Record that a checkpoint covering ``step`` (an ``int`` ≥ 0) is saved, now: the steps up
+    to it need not be redone after a failure. Call it when the save has ended (or use
+    :func:`saving_checkpoint`, which also measures how long the save blocked training). A no-op
+    outside a worker the start-up armed, or on another thread; never raises."""
+    if _view is None:
+        return
+    if _get_ident() != _writer:
+        return
+    now = _time_ns()
+    view, seq, ext = _view, _state[0], _ext[0]
+    try:
+        view[_SEQ] = seq + 1
+        view[_EXT_SEQ] = ext + 1
+        try:
+            view[_CKPT_STEP] = step
+        except Exception:  # not an int a record can store: nothing changed
+            view[_EXT_SEQ] = ext
+            view[_SEQ] = seq
+            return
+        view[_CKPT_NS] = now
+        if _save_ns > 0 and _first_ns:  # a save before the first step is start-up
+            view[_SAVE_NS] = _ext[1] = _ext[1] + _save_ns
+            view[_SAVES] = _ext[2] = _ext[2] + 1
+        view[_PROGRESS] = now
+        view[_EXT_SEQ] = _ext[0] = ext + 2
+        view[_SEQ] = _state[0] = seq + 2
+    except Exception:
+        pass
+
+
+class _Saving:
+    """The context of :func:`saving_checkpoint` in an armed worker."""
+
+    __slots__ = ("start", "step")
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.start = 0
+
+    def __enter__(self) -> _Saving:
+        self.start = _time_ns()
+        return self
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        if kind is None:  # a save that raised covers nothing
+            mark_checkpoint(self.step, _time_ns() - self.start)
+
+
+class _NotSaving:
+    """The context of :func:`saving_checkpoint` outside an armed worker: nothing."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _NotSaving:
+        return self
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        return None
+
+
+_NOT_SAVING = _NotSaving()
+
+
+def saving_checkpoint(step: int) -> _Saving | _NotSaving:
+    """``with elastic_otel.saving_checkpoint(step): save(...)``: when the block ends without an
+    exception, :func:`mark_checkpoint` ``(step)`` with the time the block took as the save's
+    blocking time. Outside an armed worker (or on another thread) it does nothing."""
+    if _view is None or _get_ident() != _writer:
+        return _NOT_SAVING
+    return _Saving(step)
 
 
 # The wrapper of one collective, with its parameters. Between the odd and the even store of seq

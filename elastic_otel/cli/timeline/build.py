@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_otel.cli.otlp_json_reader import OtlpJsonError, decode_line
+from elastic_otel.cli.timeline.goodput import AttemptGoodput, goodput_lines, goodput_records
 from elastic_otel.cli.timeline.summary import (
     Failure,
     Recovery,
@@ -51,6 +52,7 @@ from elastic_otel.cli.timeline.summary import (
     stalls,
     summarize,
 )
+from elastic_otel.model.goodput import describe
 from elastic_otel.model.snapshots import HEARTBEAT
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import STATUS_PREFIX, WorkerState
@@ -130,6 +132,17 @@ class NodeRow:
 
 
 @dataclass
+class LostProgress:
+    """The progress a failure of the round lost (a restart redoes it), on the node that
+    reported it."""
+
+    node: str
+    start_ns: int
+    end_ns: int
+    text: str
+
+
+@dataclass
 class Round:
     run_id: str
     number: int | None
@@ -140,6 +153,7 @@ class Round:
     outcome: str = ""
     failure: Failure | None = None  # its root cause and the failures that followed it
     stalls: list[Stall] = field(default_factory=list)  # training stalls, agents' waits
+    lost: list[LostProgress] = field(default_factory=list)  # progress its failure lost
 
     @property
     def start_ns(self) -> int:
@@ -167,6 +181,7 @@ class Timeline:
     t1_ns: int
     errors: list[ErrorNote] = field(default_factory=list)
     runs: list[RunSummary] = field(default_factory=list)
+    goodput: list[AttemptGoodput] = field(default_factory=list)
 
     @property
     def nodes(self) -> list[str]:
@@ -184,9 +199,9 @@ class Timeline:
 def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline:
     """Group spans and logs by round and node (as
     :func:`~elastic_otel.cli.otlp_json_reader.read_otlp_json` returns them)."""
-    logs = list(logs)
-    spans = list(spans)
+    spans, logs = in_round_traces(list(spans), list(logs))
     spans += lost_spans(spans, logs)
+    spans = [_with_resource_identity(s) for s in spans]
     builder = _Builder()
     rdzv = [s for s in spans if s["name"] in (A.SPAN_RDZV_JOIN, A.SPAN_RDZV_MEMBER)]
     for span in sorted(rdzv, key=lambda s: s["start_ns"]):
@@ -213,7 +228,59 @@ def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline
     timeline = Timeline(rounds, min(times, default=0), max(times, default=0))
     timeline.errors = _errors(logs, builder)
     timeline.runs = runs
+    timeline.goodput = goodput_records(logs)
+    _add_lost_progress(timeline, builder)
     return timeline
+
+
+def _add_lost_progress(timeline: Timeline, builder: _Builder) -> None:
+    """Mark each failure's lost progress on the round (trace) its summary record is in."""
+    for item in timeline.goodput:
+        lost = item.breakdown.lost_ns
+        if lost is None:
+            continue
+        for rnd in timeline.rounds:
+            traces = {w.trace_id for n in rnd.nodes for w in n.workers}
+            if item.trace_id in traces:
+                node = builder.span_node.get(item.span_id, "")
+                text = f"attempt {item.attempt}: {describe(item.breakdown)}"
+                rnd.lost.append(LostProgress(node, lost[0], lost[1], text))
+                break
+
+
+def in_round_traces(spans: list[Item], logs: list[Item]) -> tuple[list[Item], list[Item]]:
+    """Both trace layouts as one picture: in a large round each node's spans have a trace of
+    their own (docs/trace-model.md, "Large jobs"); here they, and their logs, take the round's
+    trace id again, found on the member span's link back to it. The round's own copies of
+    root-cause failures (``worker.failure``) are left out: their ``worker`` spans are here."""
+    round_of: dict[str, str] = {}
+    for span in spans:
+        if span["name"] != A.SPAN_RDZV_MEMBER:
+            continue
+        for link in span.get("links", ()):
+            if link.get("attributes", {}).get(A.LINK_KIND) == A.LINK_ROUND:
+                round_of[span["trace_id"]] = link["trace_id"]
+    spans = [s for s in spans if s["name"] != A.SPAN_WORKER_FAILURE]
+    if not round_of:
+        return spans, logs
+
+    def moved(item: Item) -> Item:
+        trace = round_of.get(item.get("trace_id", ""))
+        return item if trace is None else {**item, "trace_id": trace}
+
+    return [moved(s) for s in spans], [moved(r) for r in logs]
+
+
+def _with_resource_identity(span: Item) -> Item:
+    """The node's host and pid, which the bridge leaves to the resource when they are the
+    resource's (``elastic_otel.emit.emitter``), back among the span's attributes."""
+    attributes, resource = span["attributes"], span.get("resource") or {}
+    missing = {
+        key: resource[key]
+        for key in (A.HOST_NAME, A.PROCESS_PID)
+        if key not in attributes and key in resource
+    }
+    return {**span, "attributes": {**attributes, **missing}} if missing else span
 
 
 def _add_stalls(
@@ -555,6 +622,11 @@ def render_text(timeline: Timeline, color: bool = False) -> str:
     ]
     if timeline.runs:
         lines += ["", *render_summary(timeline.runs, rel)]
+    if timeline.goodput:
+        lines += [
+            paint(line, _BOLD) if line.startswith("GOODPUT") else line
+            for line in goodput_lines(timeline.goodput)
+        ]
     for rnd in timeline.rounds:
         head = [rnd.label.upper(), f"run {rnd.run_id}"]
         if rnd.world_size is not None:
@@ -612,6 +684,11 @@ def render_text(timeline: Timeline, color: bool = False) -> str:
             lines += ["", *("  " + line for s in rnd.stalls for line in stall_lines(s, rel, paint))]
         if rnd.failure is not None:
             lines += ["", *("  " + line for line in failure_lines(rnd.failure, rel, paint))]
+        for lost in rnd.lost:
+            lines.append(
+                f"  LOST PROGRESS {rel(lost.start_ns)} → {rel(lost.end_ns)} on {lost.node}: "
+                f"{lost.text}"
+            )
     if timeline.errors:
         lines += ["", paint("ERRORS", _BOLD)]
         for note in timeline.errors:

@@ -25,6 +25,7 @@ import json
 from typing import Any
 
 from elastic_otel.cli.timeline.build import Bar, NodeRow, Round, Timeline, WorkerRow
+from elastic_otel.cli.timeline.goodput import goodput_html
 from elastic_otel.cli.timeline.summary import (
     Failure,
     Recovery,
@@ -56,6 +57,8 @@ def render_html(timeline: Timeline, title: str = "elastic-otel timeline") -> str
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     t0 = timeline.t0_ns
     runs = summary_html(timeline.runs, lambda ns: f"+{(ns - t0) / 1e9:.3f}s")
+    if timeline.goodput:
+        runs += "\n" + goodput_html(timeline.goodput)
     return (
         _PAGE.replace("__TITLE__", html.escape(title))
         .replace("__RUNS__", runs)
@@ -342,6 +345,11 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
                 worker(w, roles, marks.get((n.label, w.global_rank), [])) for w in n.workers
             ],
             "stalls": node_marks.get(n.label, []),
+            "lost_progress": [
+                {"start": sec(x.start_ns), "end": sec(x.end_ns), "text": x.text}
+                for x in rnd.lost
+                if x.node == n.label
+            ],
             "recoveries": [recovery(r) for r in n.recoveries],
             "agent": (
                 {"state": n.agent_state, "end": sec(n.agent_end_ns), "message": n.agent_message}
@@ -522,6 +530,12 @@ header h1 { font-size: 18px; margin: 0 0 4px; }
 .stall-band { position: absolute; top: 18px; height: 4px; z-index: 1;
   background: repeating-linear-gradient(90deg, #d97706 0 6px, transparent 6px 9px); }
 .stall-band.waited { background: #d97706; }
+.lost-band { position: absolute; top: 14px; height: 8px; z-index: 1;
+  background: repeating-linear-gradient(45deg, #dc2626 0 4px, transparent 4px 8px); }
+.lost-mark { position: absolute; top: 1px; height: 12px; z-index: 2; padding: 0 4px;
+  font-size: 9px; font-weight: 700; line-height: 12px; color: #fff; background: #dc2626;
+  border-radius: 0 3px 3px 0; white-space: nowrap; }
+.goodput td { text-align: right; }
 .stall-mark { position: absolute; top: 1px; height: 20px; z-index: 2; border-left: 3px solid
   #b45309; padding: 0 4px; font-size: 9px; font-weight: 700; line-height: 12px; color: #fff;
   background: #b45309; border-radius: 0 3px 3px 0; white-space: nowrap; }
@@ -704,6 +718,19 @@ _JS = r"""
       r.track.appendChild(m);
     }
     stallMarks(r.track, n.stalls, "stalled \u00b7 " + n.label);
+    (n.lost_progress || []).forEach(function (x) {
+      var band = el("div", "lost-band");
+      band.style.left = pct(x.start);
+      band.style.width = "calc(" + pct(x.end - x.start) + " + 1px)";
+      var lines = [x.text, secs(x.start) + " \u2192 " + secs(x.end) + " (" +
+                   dur(x.start, x.end) + ")"];
+      tip(band, "lost progress \u00b7 " + n.label, lines);
+      r.track.appendChild(band);
+      var mark = el("div", "lost-mark", "LOST PROGRESS");
+      mark.style.left = pct(x.start);
+      tip(mark, "lost progress \u00b7 " + n.label, lines);
+      r.track.appendChild(mark);
+    });
     box.appendChild(r.row);
     n.recoveries.forEach(function (rec) {
       var rr = row("recovery", "recovery \u00b7 " + rec.cause);
