@@ -24,8 +24,8 @@ offset format field            meaning
 12     i      stack_signal     the signal that appends stacks to the stacks file; 0: none
 16     q      entered          outermost collectives entered
 24     q      completed        outermost collectives returned (or raised)
-32     q      collective       the one in progress: index into :data:`COLLECTIVES`; 0: none
-40     q      since_ns         when it entered the current (outside one: the last) collective
+32     q      collective       the last entered: index into :data:`COLLECTIVES`; 0: none yet
+40     q      since_ns         when it entered that collective (in it while entered > completed)
 48     q      progress_ns      the last progress of any kind: a collective done, a step marked
 56     q      step             the last marked step; -1: none
 64     q      step_ns          when it was marked; 0: none
@@ -59,6 +59,10 @@ even again; a reader reads ``seq``, the fields, ``seq`` again, and retries when 
 or are odd. Between its first and last store the writer calls nothing, so neither another
 thread nor a signal handler runs there (CPython runs those only at calls and loops): a record
 that stays odd belongs to a process stopped or killed in that instant, and reads as ``None``.
+Leaving a collective, the hottest path, skips the seqlock: it stores ``progress_ns``, then
+``completed``. A reader copies the record in address order (``completed`` first), so it can
+only see the new ``progress_ns`` with the old ``completed``: the collective still under way but
+progress just made, never a stall that is not there.
 Stores and loads stay in program order on x86; elsewhere (ARM) Python has no memory barrier to
 offer, and a torn reading, unlikely, is possible.
 
@@ -247,7 +251,7 @@ def read_progress(directory_or_error_file: str) -> WorkerProgress | None:
     entered, completed, index, since, progress, step, step_ns, _ = BODY.unpack_from(
         record, BODY_OFFSET
     )
-    if index <= 0:
+    if index <= 0 or completed >= entered:
         collective = None
     else:
         collective = COLLECTIVES[index] if index < len(COLLECTIVES) else f"#{index}"

@@ -25,13 +25,14 @@ while the worker runs, hangs, or after it died.
 * A forked child (a DataLoader worker) shares the mapping: it disarms as it is forked, before
   it could write into its parent's record.
 
-What it costs the training thread shapes this module (numbers in
-``tests/unit/test_worker_progress.py``). Each field changed is one aligned 8-byte store through
-a ``memoryview`` of the mapping, about half a ``struct.pack_into`` call, which besides zeroes
-its whole span before writing it. Each wrapper is generated with the collective's own
-parameters, as a hand-written one would be: forwarding ``*args, **kwargs`` costs a fifth of a
-microsecond more. Unarmed (outside a bridged agent) nothing is wrapped and :func:`mark_step` is
-one global check.
+What it costs the training thread shapes this module (numbers in ``BENCHMARKS.md``, section
+9, from ``benchmarks/training.py``). Each field changed is one aligned 8-byte store through a
+``memoryview`` of the mapping (~40 ns), about half a ``struct.pack_into`` call, which besides
+zeroes its whole span before writing it; leaving a collective stores two words, outside the
+seqlock (the reader's docstring says why that is safe). Each wrapper is generated with the
+collective's own parameters and passes them on by position, as a hand-written one would:
+forwarding ``*args, **kwargs`` costs a fifth of a microsecond more. Unarmed (outside a bridged
+agent) nothing is wrapped and :func:`mark_step` is one global check.
 """
 
 from __future__ import annotations
@@ -279,10 +280,12 @@ def saving_checkpoint(step: int) -> _Saving | _NotSaving:
     return _Saving(step)
 
 
-# The wrapper of one collective, with its parameters. Between the odd and the even store of seq
-# it calls nothing: no other thread and no signal handler can run there (see the layout's
-# docstring). The enter and exit stores are guarded so that a collective's failure cannot leave
-# them unpaired, and nothing of ours raises.
+# The wrapper of one collective, with its parameters. Entering, between the odd and the even
+# store of seq it calls nothing: no other thread and no signal handler can run there (see the
+# layout's docstring). Leaving stores two words, progress then completed, outside the seqlock:
+# a reader between them sees the collective under way with fresh progress, never a stall (the
+# reader's docstring). The stores are guarded so that a collective's failure cannot leave them
+# unpaired, and nothing of ours raises.
 _WRAPPER_SOURCE = """
 def _make(_eo_function, _eo_index{defaults}):
     def {name}({parameters}):
@@ -294,11 +297,10 @@ def _make(_eo_function, _eo_index{defaults}):
         try:
             _writer = 0
             try:
-                _eo_now = _time_ns()
                 _eo_seq = _state[0]
                 _view[{seq}] = _eo_seq + 1
                 _view[{collective}] = _eo_index
-                _view[{since}] = _eo_now
+                _view[{since}] = _time_ns()
                 _view[{entered}] = _state[1] = _state[1] + 1
                 _view[{seq}] = _state[0] = _eo_seq + 2
                 _eo_in = True
@@ -308,13 +310,8 @@ def _make(_eo_function, _eo_index{defaults}):
         finally:
             if _eo_in:
                 try:
-                    _eo_now = _time_ns()
-                    _eo_seq = _state[0]
-                    _view[{seq}] = _eo_seq + 1
-                    _view[{collective}] = 0
-                    _view[{progress}] = _eo_now
+                    _view[{progress}] = _time_ns()
                     _view[{completed}] = _state[2] = _state[2] + 1
-                    _view[{seq}] = _state[0] = _eo_seq + 2
                 except Exception:
                     pass
             _writer = _eo_me
@@ -359,9 +356,9 @@ def wrap(function: _F, index: int) -> _F:
 
 
 def _parameters(function: Callable[..., Any]) -> tuple[str, str, dict[str, Any]] | None:
-    """``function``'s parameter list, the arguments that pass them on (required ones by
-    position, the others by keyword, as callers pass them), and the names its defaults are
-    bound to; ``None`` for a signature that is not plain enough."""
+    """``function``'s parameter list, the arguments that pass them on (by position, but
+    keyword-only ones: a keyword costs a tenth of a microsecond more), and the names its
+    defaults are bound to; ``None`` for a signature that is not plain enough."""
     import inspect
 
     try:
@@ -400,7 +397,7 @@ def _parameters(function: Callable[..., Any]) -> tuple[str, str, dict[str, Any]]
             default = f"_eo_default_{i}"
             defaults[default] = parameter.default
             parameters.append(f"{name}={default}")
-            arguments.append(f"{name}={name}")
+            arguments.append(f"{name}={name}" if parameter.kind is kind.KEYWORD_ONLY else name)
     return ", ".join(parameters), ", ".join(arguments), defaults
 
 

@@ -218,10 +218,23 @@ def test_a_bad_record_reads_as_none(tmp_path: Path, damage: str) -> None:
 
 
 def test_no_step_and_an_unknown_collective(tmp_path: Path) -> None:
-    (tmp_path / env.WORKER_PROGRESS_FILE).write_bytes(record_bytes(collective=999))
+    record = record_bytes(collective=999, entered=1)
+    (tmp_path / env.WORKER_PROGRESS_FILE).write_bytes(record)
     progress = read_progress(str(tmp_path))
     assert progress is not None
     assert (progress.step, progress.step_ns, progress.collective) == (None, None, "#999")
+
+
+def test_a_collective_left_is_over_whatever_the_last_entered(tmp_path: Path) -> None:
+    """Leaving a collective stores progress and completed only (the hot path): the last one
+    entered stays in the record, and the counts say it is over."""
+    barrier = wp.COLLECTIVES.index("barrier")
+    (tmp_path / env.WORKER_PROGRESS_FILE).write_bytes(
+        record_bytes(collective=barrier, entered=3, completed=3, since_ns=10, progress_ns=20)
+    )
+    progress = read_progress(str(tmp_path))
+    assert progress is not None and not progress.in_collective
+    assert (progress.collective, progress.since_ns, progress.progress_ns) == (None, 10, 20)
 
 
 def test_the_reader_never_sees_a_torn_record_while_a_worker_writes(tmp_path: Path) -> None:
