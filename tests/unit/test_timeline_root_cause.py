@@ -10,73 +10,30 @@ agents recover into round 1, where training resumes.
 from __future__ import annotations
 
 import html
-import subprocess
-import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from recorded_jobs import BASE, MS, RecordedJob, timeline_cli
 from test_timeline import ARTIFACTS, chromium, needs_chromium, probe
 
 from elastic_otel.cli.otlp_json_reader import read_otlp_json
 from elastic_otel.cli.timeline.build import Timeline, build_timeline, render_text
 from elastic_otel.cli.timeline.html import render_html, timeline_data
-from elastic_otel.emit.emitter import Emitter
-from elastic_otel.emit.otlp_json import OtlpJsonFileSpanExporter
-from elastic_otel.model.spans import STATUS_ERROR, SpanEvent, SpanLink, SpanRecord
+from elastic_otel.model.spans import STATUS_ERROR, SpanEvent, SpanLink
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import STATUS_PREFIX
 
-MS = 1_000_000
-BASE = 1_763_884_800_000 * MS  # an epoch time: the renderers print the start as a date
 RUN = "job-7"
 T0, T1 = 0x0A0A << 64 | 1, 0x0B0B << 64 | 2  # the traces of rounds 0 and 1
-NODES = {"a": ("node-a", 100), "b": ("node-b", 200)}
 PEER_DIED = "its collective failed after a peer died: Connection closed by peer"
 
 
-@dataclass
-class Job:
-    """The span records of each node's bridge, and the few a test refers to."""
-
-    spans: dict[str, list[SpanRecord]] = field(default_factory=lambda: {"a": [], "b": []})
-    workers: dict[int, SpanRecord] = field(default_factory=dict)  # round 0's, by global rank
-
-    def add(
-        self, node: str, name: str, start_ms: int, end_ms: int, trace: int, **kw: Any
-    ) -> SpanRecord:
-        attrs = kw.pop("attrs", {})
-        host, pid = NODES[node]
-        span = SpanRecord(
-            name,
-            BASE + start_ms * MS,
-            {A.RUN_ID: RUN, A.HOST_NAME: host, A.PROCESS_PID: pid, **attrs},
-            trace_id=trace,
-            end_ns=BASE + end_ms * MS,
-            **kw,
-        )
-        self.spans[node].append(span)
-        return span
-
-    def write(self, path: Path) -> None:
-        for node, spans in self.spans.items():
-            host, _ = NODES[node]
-            resource = Resource.create({"service.instance.id": f"agent-{node}", A.HOST_NAME: host})
-            processor = SimpleSpanProcessor(OtlpJsonFileSpanExporter(path))
-            emitter = Emitter(None, processor, resource)
-            for span in spans:
-                emitter.emit_span(span)
-            processor.shutdown()
-
-
-def two_node_job(kinds: bool = True, final_failure: bool = False) -> Job:
+def two_node_job(kinds: bool = True, final_failure: bool = False) -> RecordedJob:
     """The job of the module docstring (times in ms). ``kinds=False``: as a bridge from before
     ``torchelastic.failure.kind`` wrote it. ``final_failure``: rank 3 fails on its own too
     (0.3 s after rank 1, out of memory) and nobody restarts: the job fails."""
-    job = Job()
+    job = RecordedJob(RUN, T0)
     members = {}
     for node, rank, join_at in (("a", 0, 0), ("b", 1, 500)):
         rdzv = {A.ROUND: 0, A.RANK: rank, A.WORLD_SIZE: 2}
@@ -162,10 +119,8 @@ def two_node_job(kinds: bool = True, final_failure: bool = False) -> Job:
     return job
 
 
-def written(tmp_path: Path, job: Job) -> Path:
-    path = tmp_path / "job.jsonl"
-    job.write(path)
-    return path
+def written(tmp_path: Path, job: RecordedJob) -> Path:
+    return job.write(tmp_path / "job.jsonl")
 
 
 def load(path: Path) -> Timeline:
@@ -346,13 +301,7 @@ def test_an_error_record_with_a_traceback_body_is_one_line(tmp_path: Path) -> No
 def test_cli_prints_the_root_cause(tmp_path: Path) -> None:
     path = written(tmp_path, two_node_job())
     page = tmp_path / "t.html"
-    done = subprocess.run(
-        [sys.executable, "-m", "elastic_otel.cli", "timeline", str(path), "--html", str(page)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    done = timeline_cli(path, page)
     assert f"  ROOT CAUSE at +5.000s: {ROOT}\n" in done.stdout
     assert "1 failure: global rank 1 SIGKILL on node-a → restart, cost 6.400s" in done.stdout
     assert "root cause" in page.read_text()

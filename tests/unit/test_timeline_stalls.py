@@ -12,35 +12,22 @@ workers' stacks; the timeline names rank 1 once, with the ranks waiting for it o
 from __future__ import annotations
 
 import html
-import subprocess
-import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from recorded_jobs import BASE, MS, RecordedJob, timeline_cli
 from test_timeline import ARTIFACTS, chromium, needs_chromium, probe
 
 from elastic_otel.cli.otlp_json_reader import read_otlp_json
 from elastic_otel.cli.timeline.build import Timeline, build_timeline, render_text
 from elastic_otel.cli.timeline.html import render_html, timeline_data
-from elastic_otel.emit.emitter import Emitter
-from elastic_otel.emit.otlp_json import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter
-from elastic_otel.model.spans import SpanRecord
 from elastic_otel.model.stalls import STALL_EVENT_NAME, STALL_STATE, TRAINING
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import WORKER_STACKS_EVENT
-from elastic_otel.parsing.torch_events import ElasticEvent, EventKind
 
-MS = 1_000_000
-BASE = 1_763_884_800_000 * MS  # an epoch time: the renderers print the start as a date
 RUN = "job-20"
 T0 = 0x0C0C << 64 | 3  # the trace of round 0
-NODES = {"a": ("node-a", 100), "b": ("node-b", 200)}
 RANKS = {"a": (0, 1), "b": (2, 3)}
 HANG = "hang at train.py:18"
 IN_ALL_REDUCE = "all_reduce at distributed_c10d.py:3252"
@@ -52,43 +39,11 @@ RANK_1_STACKS = (
 )
 
 
-@dataclass
-class Job:
-    """Each node's span records and log records (event, span), as its bridge emits them."""
+class Job(RecordedJob):
+    """The hung job's records, with its stall reports and stack records."""
 
-    spans: dict[str, list[SpanRecord]] = field(default_factory=lambda: {"a": [], "b": []})
-    logs: dict[str, list[tuple[ElasticEvent, SpanRecord]]] = field(
-        default_factory=lambda: {"a": [], "b": []}
-    )
-    members: dict[str, SpanRecord] = field(default_factory=dict)
-    workers: dict[int, SpanRecord] = field(default_factory=dict)
-
-    def add(self, node: str, name: str, start_ms: int, end_ms: int, **kw: Any) -> SpanRecord:
-        attrs = kw.pop("attrs", {})
-        host, pid = NODES[node]
-        span = SpanRecord(
-            name,
-            BASE + start_ms * MS,
-            {A.RUN_ID: RUN, A.HOST_NAME: host, A.PROCESS_PID: pid, **attrs},
-            trace_id=T0,
-            end_ns=BASE + end_ms * MS,
-            **kw,
-        )
-        self.spans[node].append(span)
-        return span
-
-    def log(self, node: str, name: str, at_ms: int, span: SpanRecord, **kw: Any) -> None:
-        attrs = {A.RUN_ID: RUN, A.HOST_NAME: NODES[node][0], A.EVENT_NAME: name, **kw}
-        event = ElasticEvent(
-            kind=EventKind.GENERIC,
-            name=name,
-            body=str(attrs.pop("body", name)),
-            time_ns=BASE + at_ms * MS,
-            attributes=attrs,
-            run_id=RUN,
-            state=str(attrs.pop("state", "")),
-        )
-        self.logs[node].append((event, span))
+    def __init__(self) -> None:
+        super().__init__(RUN, T0)
 
     def stall(self, node: str, at_ms: int, seconds: float, **kw: Any) -> None:
         """One training stall report on the node's ``rendezvous.member`` span."""
@@ -110,21 +65,6 @@ class Job:
                 node, WORKER_STACKS_EVENT, at_ms, self.workers[rank], body=body, state="STACKS",
                 **{A.GLOBAL_RANK: rank, A.STACK_FRAME: frame, A.STACKS_REASON: reason},
             )  # fmt: skip
-
-    def write(self, path: Path) -> None:
-        for node, spans in self.spans.items():
-            host, _ = NODES[node]
-            resource = Resource.create({"service.instance.id": f"agent-{node}", A.HOST_NAME: host})
-            logs = LoggerProvider(resource=resource, shutdown_on_exit=False)
-            logs.add_log_record_processor(SimpleLogRecordProcessor(OtlpJsonFileLogExporter(path)))
-            processor = SimpleSpanProcessor(OtlpJsonFileSpanExporter(path))
-            emitter = Emitter(logs.get_logger("elastic_otel"), processor, resource)
-            for span in spans:
-                emitter.emit_span(span)
-            for event, span in self.logs[node]:
-                emitter.emit_log(event, span.trace_id, span.span_id)
-            processor.shutdown()
-            logs.shutdown()
 
 
 def round_0(one_rank_on_a: bool = False) -> Job:
@@ -321,13 +261,7 @@ def test_cli_prints_the_stall(tmp_path: Path) -> None:
     path = tmp_path / "job.jsonl"
     hung_job().write(path)
     page = tmp_path / "t.html"
-    done = subprocess.run(
-        [sys.executable, "-m", "elastic_otel.cli", "timeline", str(path), "--html", str(page)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    done = timeline_cli(path, page)
     assert f"  {STALLED} · from +2.000s" in done.stdout
     assert "1 stall: 62 s in all_reduce #4, waiting for global rank 1" in done.stdout
     assert "stacks of global rank 1" in page.read_text()
