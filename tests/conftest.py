@@ -34,6 +34,14 @@ def _clean_otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def error_file(tmp_path: Path) -> Path:
+    """torch's per-attempt, per-rank error file (torch creates its directory, not the file)."""
+    directory = tmp_path / "attempt_0" / "0"
+    directory.mkdir(parents=True)
+    return directory / "error.json"
+
+
+@pytest.fixture
 def grpc_receiver() -> Iterator[OtlpReceiver]:
     with OtlpReceiver("grpc") as receiver:
         yield receiver

@@ -7,7 +7,6 @@ torch run a real gloo process group on this machine.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -15,13 +14,13 @@ import socket
 import struct
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from worker_env import agent_environment, json_lines, line_of, plain_environment, run, write_script
 
 from elastic_otel.names import environment_variables as env
 from elastic_otel.parsing import worker_progress as wp
@@ -34,63 +33,11 @@ from elastic_otel.parsing.worker_progress import (
 from elastic_otel.worker import startup
 
 T = TypeVar("T")
-SITE = startup.SITE_DIRECTORY
 RTMIN3 = int(signal.SIGRTMIN) + 3
 DUMP_WITHIN_S = 0.5
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def error_file(tmp_path: Path) -> Path:
-    """torch's per-attempt, per-rank error file (torch creates its directory, not the file)."""
-    directory = tmp_path / "attempt_0" / "0"
-    directory.mkdir(parents=True)
-    return directory / "error.json"
-
-
-def plain_environment() -> dict[str, str]:
-    leave_out = {env.PYTHONPATH, "PYTHONFAULTHANDLER", env.ELASTIC_OTEL_STACK_SIGNAL}
-    return {k: v for k, v in os.environ.items() if k not in leave_out}
-
-
-def agent_environment(error_file: Path, **extra: str) -> dict[str, str]:
-    """What the instrumented agent gives a worker."""
-    return plain_environment() | {
-        env.PYTHONPATH: SITE,
-        env.ELASTIC_OTEL_WORKER_PYTHONPATH: "",
-        env.ELASTIC_OTEL_WORKER_REPORTS: "1",
-        env.TORCHELASTIC_ERROR_FILE: str(error_file),
-        **extra,
-    }
-
-
-def write_script(directory: Path, source: str, name: str = "train.py") -> Path:
-    script = directory / name
-    script.write_text(textwrap.dedent(source))
-    return script
-
-
-def line_of(script: Path, marker: str) -> int:
-    """The 1-based number of the line of ``script`` that carries ``# <marker>``."""
-    lines = script.read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if line.endswith(f"# {marker}"))
-
-
-def run(script: Path, environ: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(script), *args],
-        env=environ,
-        cwd=script.parent,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def json_lines(stdout: str) -> list[dict]:
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
 def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:

@@ -18,12 +18,20 @@ import time
 from pathlib import Path
 
 import pytest
+from worker_env import (
+    SITE,
+    agent_environment,
+    json_lines,
+    line_of,
+    plain_environment,
+    run,
+    write_script,
+)
 
 from elastic_otel.names import environment_variables as env
 from elastic_otel.parsing.worker_reports import MAX_REPORT_BYTES, read_worker_report
 from elastic_otel.worker import startup
 
-SITE = startup.SITE_DIRECTORY
 INSTRUMENT = shutil.which("opentelemetry-instrument", path=str(Path(sys.executable).parent))
 # What the scripts print about themselves (and their children) as JSON lines.
 REPORT_ITSELF = textwrap.dedent(
@@ -39,63 +47,6 @@ REPORT_ITSELF = textwrap.dedent(
     """
 )
 CHILD = REPORT_ITSELF + "print(json.dumps(describe()))\n"
-
-
-@pytest.fixture
-def error_file(tmp_path: Path) -> Path:
-    """torch's per-attempt, per-rank error file (torch creates its directory, not the file)."""
-    directory = tmp_path / "attempt_0" / "0"
-    directory.mkdir(parents=True)
-    return directory / "error.json"
-
-
-def plain_environment() -> dict[str, str]:
-    """The environment a worker gets without the start-up."""
-    leave_out = {env.PYTHONPATH, "PYTHONFAULTHANDLER", "PYTHONSTARTUP", "PYTHONINSPECT"}
-    return {k: v for k, v in os.environ.items() if k not in leave_out}
-
-
-def agent_environment(error_file: Path | None, pythonpath: str | None = None) -> dict[str, str]:
-    """What the instrumented agent gives a worker (the worker's own ``PYTHONPATH``, if any)."""
-    environ = plain_environment()
-    environ[env.PYTHONPATH] = SITE + (os.pathsep + pythonpath if pythonpath else "")
-    environ[env.ELASTIC_OTEL_WORKER_PYTHONPATH] = pythonpath or ""
-    environ[env.ELASTIC_OTEL_WORKER_REPORTS] = "1"
-    if error_file is not None:
-        environ[env.TORCHELASTIC_ERROR_FILE] = str(error_file)
-    return environ
-
-
-def write_script(
-    directory: Path, source: str, name: str = "train.py", describe: bool = False
-) -> Path:
-    """``source`` as ``directory/name``; after :data:`REPORT_ITSELF` when ``describe``."""
-    script = directory / name
-    script.write_text((REPORT_ITSELF if describe else "") + textwrap.dedent(source))
-    return script
-
-
-def run(
-    script: Path, environ: dict[str, str], command: tuple[str, ...] = ()
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*command, sys.executable, str(script)],
-        env=environ,
-        cwd=script.parent,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def line_of(script: Path, marker: str) -> int:
-    """The 1-based number of the line of ``script`` that carries ``# <marker>``."""
-    lines = script.read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if line.endswith(f"# {marker}"))
-
-
-def descriptions(stdout: str) -> list[dict]:
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
 def test_the_name_start_reads_is_the_documented_variable() -> None:
@@ -224,11 +175,11 @@ def test_the_workers_children_neither_inherit_nor_run_the_start_up(
         print(json.dumps(describe()))
         __import__("subprocess").run([sys.executable, "child.py"])
         """,
-        describe=True,
+        prefix=REPORT_ITSELF,
     )
     done = run(script, agent_environment(error_file, worker_pythonpath))
     assert done.returncode == 0, done.stderr
-    worker, child = descriptions(done.stdout)
+    worker, child = json_lines(done.stdout)
     unarmed = {
         "PYTHONPATH": worker_pythonpath,
         "ELASTIC_OTEL_WORKER_REPORTS": None,
@@ -272,7 +223,7 @@ def test_an_exec_hands_the_start_up_on_to_the_program_it_becomes(
         raise RuntimeError("after exec")
         """,
         "real_train.py",
-        describe=True,
+        prefix=REPORT_ITSELF,
     )
     script = write_script(
         tmp_path,
@@ -283,7 +234,7 @@ def test_an_exec_hands_the_start_up_on_to_the_program_it_becomes(
     )
     done = run(script, agent_environment(error_file, "/opt/team-lib"))
     assert done.returncode == 1
-    exec_ed, child = descriptions(done.stdout)
+    exec_ed, child = json_lines(done.stdout)
     assert exec_ed["startup"] and not child["startup"]
     assert (
         exec_ed["environ"]
@@ -309,11 +260,11 @@ def test_an_exec_that_fails_leaves_the_worker_as_it_was(tmp_path: Path, error_fi
             pass
         print(json.dumps(describe()))
         """,
-        describe=True,
+        prefix=REPORT_ITSELF,
     )
     done = run(script, agent_environment(error_file))
     assert done.returncode == 0, done.stderr
-    (worker,) = descriptions(done.stdout)
+    (worker,) = json_lines(done.stdout)
     assert worker["environ"] == dict.fromkeys(worker["environ"])
 
 
@@ -328,12 +279,12 @@ def test_an_existing_sitecustomize_still_runs_once(tmp_path: Path, error_file: P
         print(json.dumps(describe()))
         raise RuntimeError("boom")
         """,
-        describe=True,
+        prefix=REPORT_ITSELF,
     )
     done = run(script, agent_environment(error_file, str(theirs)))
     assert done.returncode == 1
     assert done.stdout.count("team sitecustomize ran") == 1
-    (worker,) = descriptions(done.stdout)
+    (worker,) = json_lines(done.stdout)
     assert worker["environ"]["PYTHONPATH"] == str(theirs)
     report = read_worker_report(str(error_file))
     assert report is not None and report.exception_type == "RuntimeError"
@@ -377,14 +328,14 @@ def test_both_run_under_opentelemetry_instrument(
         __import__("subprocess").run([sys.executable, "child.py"])
         raise RuntimeError("instrumented boom")
         """,
-        describe=True,
+        prefix=REPORT_ITSELF,
     )
     environ = agent_environment(error_file, otel_site if instrumented == "agent" else None)
     for signal_kind in ("TRACES", "METRICS", "LOGS"):
         environ[f"OTEL_{signal_kind}_EXPORTER"] = "none"
-    done = run(script, environ, (INSTRUMENT,) if instrumented == "worker" else ())
+    done = run(script, environ, command=(INSTRUMENT,) if instrumented == "worker" else ())
     assert done.returncode == 1, done.stderr
-    worker, child = descriptions(done.stdout)
+    worker, child = json_lines(done.stdout)
     assert worker["startup"] and worker["otel"]
     assert not child["startup"] and child["otel"]  # the auto-instrumentation's own choice
     assert worker["environ"]["ELASTIC_OTEL_WORKER_REPORTS"] is None
@@ -422,24 +373,26 @@ def test_without_the_agents_request_the_start_up_does_nothing(
     script = write_script(
         tmp_path,
         "print(json.dumps(describe()))\nraise RuntimeError('boom')\n",
-        describe=True,
+        prefix=REPORT_ITSELF,
     )
     environ = agent_environment(error_file)
     del environ[env.ELASTIC_OTEL_WORKER_REPORTS]
     done = run(script, environ)
     assert done.returncode == 1
-    (worker,) = descriptions(done.stdout)
+    (worker,) = json_lines(done.stdout)
     assert worker["environ"]["PYTHONPATH"] == SITE  # nothing touched
     assert list(error_file.parent.iterdir()) == []
 
 
 def test_without_an_error_file_it_only_puts_the_environment_back(tmp_path: Path) -> None:
     script = write_script(
-        tmp_path, "print(json.dumps(describe()))\nraise RuntimeError('boom')\n", describe=True
+        tmp_path,
+        "print(json.dumps(describe()))\nraise RuntimeError('boom')\n",
+        prefix=REPORT_ITSELF,
     )
     done = run(script, agent_environment(None, "/opt/team-lib"))
     assert done.returncode == 1
-    (worker,) = descriptions(done.stdout)
+    (worker,) = json_lines(done.stdout)
     assert worker["environ"] == {
         "PYTHONPATH": "/opt/team-lib",
         "ELASTIC_OTEL_WORKER_REPORTS": None,
