@@ -188,6 +188,19 @@ def shape_of_source(distributed: str) -> Shape:
 
 # --- what the wrappers need ---------------------------------------------------------------------
 
+AGENT_CALLS = (
+    "LocalElasticAgent._shutdown -> _pcontext.close",
+    "LocalElasticAgent._start_workers -> _setup_local_watchdog",
+    "SimpleElasticAgent._initialize_workers -> _start_workers",
+    "SimpleElasticAgent._invoke_run -> _exit_barrier",
+    "SimpleElasticAgent._invoke_run -> _monitor_workers",
+    "SimpleElasticAgent._invoke_run -> _restart_workers",
+    "SimpleElasticAgent._invoke_run -> _stop_workers",
+    "SimpleElasticAgent._restart_workers -> _stop_workers",
+)
+"""The calls inside torch's agent that lead to the wrapped methods: every release read has them
+(the base shape), and the wrappers need them (a requirement)."""
+
 REQUIREMENTS: tuple[tuple[str, str, tuple[str, ...], bool, str], ...] = (
     # (key, relation: "is" / "has" / "starts", values, needed, why)
     ("LocalElasticAgent._monitor_workers", "is", ("self", "worker_group"), True, "wrapped"),
@@ -249,16 +262,7 @@ REQUIREMENTS: tuple[tuple[str, str, tuple[str, ...], bool, str], ...] = (
     (
         "agent calls",
         "has",
-        (
-            "LocalElasticAgent._shutdown -> _pcontext.close",
-            "LocalElasticAgent._start_workers -> _setup_local_watchdog",
-            "SimpleElasticAgent._initialize_workers -> _start_workers",
-            "SimpleElasticAgent._invoke_run -> _exit_barrier",
-            "SimpleElasticAgent._invoke_run -> _monitor_workers",
-            "SimpleElasticAgent._invoke_run -> _restart_workers",
-            "SimpleElasticAgent._invoke_run -> _stop_workers",
-            "SimpleElasticAgent._restart_workers -> _stop_workers",
-        ),
+        AGENT_CALLS,
         True,
         "the agent steps happen where the wrappers expect them",
     ),
@@ -635,16 +639,7 @@ _BASE: Shape = {  # torch 2.4
         "PContext.error_files",
         "SubprocessContext._failures",
     ),
-    "agent calls": (
-        "LocalElasticAgent._shutdown -> _pcontext.close",
-        "LocalElasticAgent._start_workers -> _setup_local_watchdog",
-        "SimpleElasticAgent._initialize_workers -> _start_workers",
-        "SimpleElasticAgent._invoke_run -> _exit_barrier",
-        "SimpleElasticAgent._invoke_run -> _monitor_workers",
-        "SimpleElasticAgent._invoke_run -> _restart_workers",
-        "SimpleElasticAgent._invoke_run -> _stop_workers",
-        "SimpleElasticAgent._restart_workers -> _stop_workers",
-    ),
+    "agent calls": AGENT_CALLS,
     "SubprocessContext._poll order": ("capture", "close"),
     "LocalElasticAgent._start_workers order": (
         "_setup_local_watchdog(envs=envs)",
