@@ -156,18 +156,41 @@ def run_round(
     workers: list[tuple[int, int]] = []  # the node's worker spans
 
     class Sizer(SpanProcessor):
+        """Keeps a node's spans, then encodes them in one request (:meth:`flush`)."""
+
+        def __init__(self) -> None:
+            self.pending: list[ReadableSpan] = []
+
         def on_end(self, span: ReadableSpan) -> None:
-            request = encode_spans([span])
-            resource_spans = request.resource_spans[0]
-            proto = resource_spans.scope_spans[0].spans[0]
-            context = span.get_span_context()
-            assert context is not None
-            trace, span_id = context.trace_id, context.span_id
+            self.pending.append(span)
+            if also is not None:
+                also.on_end(span)
+
+        def flush(self) -> None:
+            by_id = {}
+            for span in self.pending:
+                context = span.get_span_context()
+                assert context is not None
+                by_id[context.span_id] = span
+            self.pending.clear()
+            for resource_spans in encode_spans(list(by_id.values())).resource_spans:
+                scopes = resource_spans.scope_spans
+                resource_part = resource_spans.ByteSize() - sum(ss.ByteSize() + 3 for ss in scopes)
+                for scope_spans in scopes:
+                    protos = scope_spans.spans
+                    scope_part = scope_spans.ByteSize() - sum(p.ByteSize() + 3 for p in protos)
+                    for proto in protos:
+                        self._count(proto, by_id, resource_part + scope_part + 3)
+
+        def _count(self, proto: Any, by_id: dict[int, ReadableSpan], envelope_size: int) -> None:
+            trace = int.from_bytes(proto.trace_id, "big")
+            span_id = int.from_bytes(proto.span_id, "big")
+            span = by_id[span_id]
             size = proto.ByteSize() + 3  # + its field tag and length
             envelope = (trace, current["node"])
             if envelope not in sized.envelopes:  # one resource and scope per node and trace
                 sized.envelopes.add(envelope)
-                size += resource_spans.ByteSize() - proto.ByteSize()
+                size += envelope_size
             sized.spans[trace] += 1
             sized.bytes[trace] += size
             sized.names[span.name] += 1
@@ -176,8 +199,6 @@ def run_round(
             sized.graph[(trace, span_id)] = (parent, links, span.name)
             if span.name == A.SPAN_WORKER:
                 workers.append((trace, span_id))
-            if also is not None:
-                also.on_end(span)
 
     sizer = Sizer()
     for rank in range(nodes):
@@ -201,8 +222,10 @@ def run_round(
         for i, event in enumerate(make(run_id, rank, nodes, nproc)):
             conversion.process(serialized(event), clock + i * 0.01)
         conversion.close("end of the benchmark", error=False)
+        sizer.flush()
         if training_spans:
             _training_spans(workers, resource, sizer)
+            sizer.flush()
     return sized
 
 
