@@ -22,6 +22,7 @@ SECTION_TITLES = (
     "## 7. Recovery",
     "## 8. Fork guard",
     "## 9. Hang diagnosis",
+    "## 10. Trace sizes",
 )
 
 LABELS = {
@@ -205,6 +206,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
             )
         )
     rows += _training_targets(results.get("training") or {})
+    rows += _trace_size_targets(results.get("trace_sizes") or {})
     mem = results.get("memory") or {}
     if "samples" in mem:
         rows.append(
@@ -235,9 +237,13 @@ def _training_targets(tr: dict[str, Any]) -> list[tuple[str, str, str, bool | No
             "9. added per collective call on the training thread (armed worker, no-op "
             "collective, wrapped - bare)",
             f"{_f(collective / 1e3, 2)} µs ({_f(ns['bare collective, armed']['min'], 0)} → "
-            f"{_f(ns['wrapped, armed']['min'], 0)} ns); keyword call {_f(keywords / 1e3, 2)} µs; "
-            f"real gloo `all_reduce` {_f(gloo['added_ns'] / 1e3, 2)} µs on "
-            f"{_f(gloo['ns']['bare']['min'] / 1e3, 1)} µs",
+            f"{_f(ns['wrapped, armed']['min'], 0)} ns); keyword call {_f(keywords / 1e3, 2)} µs"
+            + (
+                f"; real gloo `all_reduce` {_f(gloo['added_ns'] / 1e3, 2)} µs on "
+                f"{_f(gloo['ns']['bare']['min'] / 1e3, 1)} µs"
+                if gloo
+                else ""
+            ),
             "≤ 1 µs",
             max(collective, keywords) <= 1000,
         ),
@@ -247,7 +253,90 @@ def _training_targets(tr: dict[str, Any]) -> list[tuple[str, str, str, bool | No
             "≤ 1 µs",
             step <= 1000,
         ),
+        *_checkpoint_target(added),
     ]
+
+
+def _checkpoint_target(added: dict[str, float]) -> list[tuple[str, str, str, bool | None]]:
+    """The goodput calls (issue 22): ``mark_checkpoint`` judged, the context manager beside."""
+    if "mark_checkpoint, armed" not in added:  # results from before the calls were measured
+        return []
+    mark, saving = added["mark_checkpoint, armed"], added["saving_checkpoint, armed"]
+    return [
+        (
+            "9. `mark_checkpoint` on the training thread (armed worker, - empty statement)",
+            f"{_f(mark / 1e3, 2)} µs (unarmed {_f(added['mark_checkpoint, unarmed'] / 1e3, 2)} "
+            f"µs); `with saving_checkpoint(step): pass` {_f(saving / 1e3, 2)} µs (unarmed "
+            f"{_f(added['saving_checkpoint, unarmed'] / 1e3, 2)} µs)",
+            "≤ 1 µs",
+            mark <= 1000,
+        )
+    ]
+
+
+def _default_layout_rows(ts: dict[str, Any]) -> dict[bool, dict[str, Any]]:
+    """The largest round measured in the default layout: {training spans: its row}."""
+    nodes = max(ts["nodes"])
+    default = max(r["round_trace_max_nodes"] for r in ts["sizes"])
+    return {
+        r["training_spans"]: r
+        for r in ts["sizes"]
+        if r["nodes"] == nodes and r["round_trace_max_nodes"] == default
+    }
+
+
+def _trace_size_targets(ts: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    if not ts.get("sizes"):
+        return []
+    rows = _default_layout_rows(ts)
+    with_, without = rows[True], rows[False]
+    one = next(
+        r
+        for r in ts["sizes"]
+        if r["nodes"] == with_["nodes"] and r["round_trace_max_nodes"] == 0 and r["training_spans"]
+    )
+    where = f"{with_['nodes']:,} nodes x 8, default layout ({with_['layout']}), with the "
+    where += "training script's spans"
+    split = with_["other_bytes"] is not None  # the round past the limit: a trace per node
+    return [
+        (
+            f"10. largest trace of a round, {where}: bytes",
+            f"{_bytes(with_['max_bytes'])} "
+            + (
+                f"(the round's trace {_bytes(with_['round_bytes'])}, each node's "
+                f"{_bytes(with_['other_bytes'])})"
+                if split
+                else "(the round is one trace)"
+            )
+            + f"; without the script's spans {_bytes(without['max_bytes'])}; one trace per "
+            f"round: {_bytes(one['max_bytes'])}",
+            f"≤ {_bytes(ts['tempo_max_bytes_per_trace'])} (Tempo's `max_bytes_per_trace`)",
+            with_["tempo_ok"] and without["tempo_ok"],
+        ),
+        (
+            f"10. largest trace of a round, {where}: spans",
+            f"{_f(with_['max_spans'])} "
+            + (
+                f"(the round's trace {_f(with_['round_spans'])}, each node's "
+                f"{_f(with_['other_spans'])})"
+                if split
+                else "(the round is one trace)"
+            )
+            + f"; without the script's spans {_f(without['max_spans'])}; one trace per round: "
+            f"{_f(one['max_spans'])}",
+            f"≤ {_f(ts['jaeger_max_spans'])} (Jaeger's spans per query)",
+            with_["jaeger_ok"] and without["jaeger_ok"],
+        ),
+    ]
+
+
+def _bytes(value: int | float | None) -> str:
+    """Bytes in decimal units, as Tempo's limit is written (5 MB = 5,000,000 bytes)."""
+    if value is None:
+        return "-"
+    if value >= 1e6:
+        return f"{value / 1e6:,.2f} MB"
+    return f"{value / 1e3:,.1f} KB"
 
 
 # --- sections -------------------------------------------------------------------------------
@@ -757,6 +846,8 @@ def _training(tr: dict[str, Any]) -> list[str]:
         ("wrapped, `f(x)`", "wrapped"),
         ("wrapped, `f(x, group=None, async_op=False)`", "wrapped, keywords"),
         ("`mark_step(3)`", "mark_step"),
+        ("`mark_checkpoint(3)`", "mark_checkpoint"),
+        ("`with saving_checkpoint(3): pass`", "saving_checkpoint"),
     ]  # fmt: skip
     lines += _table(
         ["call", "unarmed ns", "armed ns"],
@@ -767,7 +858,18 @@ def _training(tr: dict[str, Any]) -> list[str]:
         f"{_f(added['collective, armed, keywords'], 0)} ns with keywords (unarmed wrapper: "
         f"{_f(added['collective, unarmed'], 0)} / {_f(added['collective, unarmed, keywords'], 0)}"
         f" ns). `mark_step`, less the empty statement: {_f(added['mark_step, armed'], 0)} ns "
-        f"armed, {_f(added['mark_step, unarmed'], 0)} ns unarmed.",
+        f"armed, {_f(added['mark_step, unarmed'], 0)} ns unarmed."
+        + (
+            " The goodput calls (issue 22), less the empty statement: `mark_checkpoint` "
+            f"{_f(added['mark_checkpoint, armed'], 0)} ns armed, "
+            f"{_f(added['mark_checkpoint, unarmed'], 0)} ns unarmed; `with "
+            f"saving_checkpoint(3): pass` (the call, the context's enter and exit, and armed "
+            "the `mark_checkpoint` with the save's blocking time it makes on exit) "
+            f"{_f(added['saving_checkpoint, armed'], 0)} ns armed, "
+            f"{_f(added['saving_checkpoint, unarmed'], 0)} ns unarmed."
+            if "mark_checkpoint, armed" in added
+            else ""
+        ),
         "",
         "Where the armed wrapper's time goes: per call it does 10 stores into the mapping "
         "(5 entering: seq odd, collective, since, entered, seq even; 5 leaving), 2 "
@@ -788,7 +890,9 @@ def _training(tr: dict[str, Any]) -> list[str]:
         f"{_f(gloo['ns']['wrapped']['min'] / 1e3, 2)} µs "
         f"({_f(gloo['ns']['wrapped']['median'] / 1e3, 2)}): "
         f"{_f(gloo['added_ns'] / 1e3, 2)} µs added (fastest samples); the record "
-        f"counted {gloo['recorded_calls']:,} of the {gloo['expected_calls']:,} wrapped calls.",
+        f"counted {gloo['recorded_calls']:,} of the {gloo['expected_calls']:,} wrapped calls."
+        if gloo
+        else "Real gloo `all_reduce`: not measured in quick mode.",
         "",
         "### Idle node: the watch over 8 workers that progress",
         "",
@@ -909,6 +1013,126 @@ def _training(tr: dict[str, Any]) -> list[str]:
              f"{_f(cl['agent_cpu_us_per_s_per_node'])} µs/s", "-"),
             ("each worker's CPU for its dumps", f"{_f(cl['worker_cpu_us_per_s'], 2)} µs/s", "-"),
         ],
+    )  # fmt: skip
+    return lines
+
+
+def _trace_sizes(ts: dict[str, Any]) -> list[str]:
+    tempo, jaeger = ts["tempo_max_bytes_per_trace"], ts["jaeger_max_spans"]
+    lines = [
+        SECTION_TITLES[11],
+        "",
+        "What each trace of one rendezvous round weighs (issue 21; `benchmarks/trace_sizes.py` "
+        "over `benchmarks/rounds.py`, the code `tests/unit/test_trace_layout.py` checks). "
+        "Every node of the round (8 workers each, all succeeding) goes through a bridge "
+        "conversion of its own (parse → trace model → emitter → SDK spans, with the node's "
+        "resource), fed the events its agent records (real torch `Event` / `RdzvEvent` "
+        "objects serialized as torch does); every span is encoded as OTLP protobuf when it "
+        "ends. A trace's bytes are what Tempo counts against `max_bytes_per_trace`: its "
+        "encoded spans plus one resource and scope envelope per node with spans in it. Both "
+        "layouts: `ELASTIC_OTEL_ROUND_TRACE_MAX_NODES=0` (the whole round one trace) and the "
+        "default (past it, the round's trace keeps one `rendezvous.join` per node, and a "
+        "`worker.failure` per root cause, none here; each node's spans are a trace of their "
+        "own, linked both ways). *training spans*: the spans `examples/train.py` adds under "
+        "each `worker` span (`init_process_group`, `worker.first_step`, one `save_checkpoint`). "
+        "Every row is measured (none scaled from fewer nodes), in one child process (*CPU s to "
+        "size*: its CPU time for the row, conversion and encoding of every node); MB and KB "
+        f"are decimal. Limits: Tempo {_bytes(tempo)} per trace, Jaeger (on Elasticsearch) "
+        f"{jaeger:,} spans per query.",
+        "",
+    ]
+
+    def fits(ok: bool, largest: str) -> str:
+        return "yes" if ok else f"**no** ({largest})"
+
+    lines += _table(
+        ["nodes x 8", "layout", "training spans", "traces", "spans in all", "round's trace: "
+         "spans", "round's trace: bytes", "largest other trace: spans", "bytes",
+         f"Tempo ≤ {_bytes(tempo)}", f"Jaeger ≤ {jaeger:,} spans", "CPU s to size"],
+        (
+            (
+                _f(r["nodes"]),
+                r["layout"],
+                _f(r["training_spans"]),
+                _f(r["traces"]),
+                _f(r["spans"]),
+                _f(r["round_spans"]),
+                _bytes(r["round_bytes"]),
+                _f(r["other_spans"]) if r["other_spans"] is not None else "-",
+                _bytes(r["other_bytes"]),
+                fits(r["tempo_ok"], _bytes(r["max_bytes"])),
+                fits(r["jaeger_ok"], f"{r['max_spans']:,} spans"),
+                _f(r["cpu_s"], 1),
+            )
+            for r in ts["sizes"]
+        ),
+    )  # fmt: skip
+    one = sorted(
+        (r for r in ts["sizes"] if r["round_trace_max_nodes"] == 0), key=lambda r: r["nodes"]
+    )
+    for training in (False, True):
+        rows = [r for r in one if r["training_spans"] == training]
+        if len(rows) >= 2 and rows[-1]["nodes"] > rows[0]["nodes"]:
+            a, b = rows[0], rows[-1]
+            n = b["nodes"] - a["nodes"]
+            lines += [
+                f"One trace per round, {'with' if training else 'without'} the training "
+                f"spans: from {a['nodes']:,} to {b['nodes']:,} nodes the round's trace grows "
+                f"by {_f((b['round_spans'] - a['round_spans']) / n, 1)} spans and "
+                f"{_bytes((b['round_bytes'] - a['round_bytes']) / n)} per node.",
+                "",
+            ]
+    lines += _bridge_per_node(ts)
+    return lines
+
+
+def _bridge_per_node(ts: dict[str, Any]) -> list[str]:
+    rows = ts.get("bridge") or []
+    if not rows:
+        return []
+    lines = [
+        "### The bridge's own cost for one node, by world size",
+        "",
+        "One node's events of a round (the join, torch's rendezvous steps, its 8 workers "
+        "started and ended, a keep-alive, the exit barrier, the close: the same events at "
+        "every world size but for the size in them) recorded through torch's `otel` "
+        "destination logger into a real bridge (`elastic_otel.register()`, OTLP/gRPC to the "
+        "counting receiver), in a process pinned to one CPU"
+        + (
+            ", all world sizes in one process (quick mode)"
+            if ts.get("bridge_one_process")
+            else ", a fresh one per world size"
+        )
+        + ", after a warm-up round of another job. Each round is a new job. *CPU*: the "
+        "process's CPU time (all threads: the caller, the bridge's worker, the exporters) "
+        "from the first event until the bridge processed them all and `flush()` exported "
+        f"the records; median (and fastest) of {ts['bridge_reps']} rounds, the first round "
+        "apart. *Peak RSS*: `VmHWM` (reset through `/proc/self/clear_refs` just before) "
+        "during the first round, above the RSS before it (Linux counts RSS in per-thread "
+        "batches, so these are good to a few hundred KB either way); *Python heap*: one "
+        "more round under `tracemalloc` (exact), its peak and what was still allocated after "
+        "it.",
+        "",
+    ]
+    lines += _table(
+        ["world (nodes x 8)", "events", "records exported", "CPU µs per round, median",
+         "fastest", "first round CPU µs", "peak RSS above start KB", "RSS after, above start "
+         "KB", "Python heap peak KB", "Python heap retained KB"],
+        (
+            (
+                _f(r["world"]),
+                _f(r["events"]),
+                _f(r["records_exported"]),
+                _f(r["cpu_us_median"], 0),
+                _f(r["cpu_us_min"], 0),
+                _f(r["first_cpu_us"], 0),
+                _f(r["rss_peak_above_start_kb"]),
+                _f(r["rss_after_above_start_kb"]),
+                _f(r["heap_peak_kb"], 1),
+                _f(r["heap_retained_kb"], 1),
+            )
+            for r in rows
+        ),
     )  # fmt: skip
     return lines
 
@@ -1118,6 +1342,7 @@ def render(results: dict[str, Any]) -> str:
         ("recovery", lambda: _recovery(results["recovery"])),
         ("fork", lambda: _fork(results["fork"])),
         ("training", lambda: _training(results["training"])),
+        ("trace_sizes", lambda: _trace_sizes(results["trace_sizes"])),
     ]
     errors = results.get("errors", {})
     for i, (key, fn) in enumerate(sections):

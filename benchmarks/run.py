@@ -47,6 +47,7 @@ SECTIONS = (
     "recovery",
     "fork",
     "training",
+    "trace_sizes",
 )
 
 
@@ -68,6 +69,7 @@ def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, 
         scale,
         startup,
         throughput,
+        trace_sizes,
         training,
     )
 
@@ -82,6 +84,7 @@ def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, 
         "recovery": lambda: recovery.run(quick),
         "fork": lambda: fork.run(quick),
         "training": lambda: training.run(quick),
+        "trace_sizes": lambda: trace_sizes.run(quick),
     }
     results["load"] = {}
     for name in sections:

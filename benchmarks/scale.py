@@ -241,7 +241,8 @@ def run(quick: bool, measured: dict[str, Any]) -> dict[str, Any]:
         default = _measure(rx, keepalives, {})
         # Quick mode (CI smoke run): not the variant with heartbeat log records off.
         off = None if quick else _measure(rx, keepalives, HEARTBEAT_LOGS_OFF)
-        waiting = open_span_costs(rx, quick)
+        # Quick mode: not the open-span snapshots either (two torch start-ups fewer).
+        waiting = None if quick else open_span_costs(rx, quick)
     collector_cpu_per_record = measured.get("collector_cpu_us_per_record")
     return {
         "pattern": keepalive_pattern(),

@@ -2,11 +2,14 @@
 
 * **Training thread.** A child process times (``timeit``, best of several repeats) a no-op
   collective with torch's ``all_reduce`` parameters, bare and wrapped by
-  :func:`elastic_otel.worker.progress.wrap` (unarmed, then armed; positional and keyword calls)
-  and :func:`~elastic_otel.worker.progress.mark_step` unarmed and armed. A second child is a
-  worker armed by the worker start-up (the environment the instrumented agent gives a worker)
-  and times a real one-process gloo ``all_reduce`` of a 1-element tensor, bare
-  (``dist.all_reduce.__wrapped__``) and wrapped (``dist.all_reduce``), interleaved.
+  :func:`elastic_otel.worker.progress.wrap` (unarmed, then armed; positional and keyword calls),
+  :func:`~elastic_otel.worker.progress.mark_step` and the goodput calls
+  :func:`~elastic_otel.worker.progress.mark_checkpoint` and ``with``
+  :func:`~elastic_otel.worker.progress.saving_checkpoint` (an empty block), unarmed and
+  armed. A second child is a worker armed by the worker start-up (the environment the
+  instrumented agent gives a worker) and times a real one-process gloo ``all_reduce`` of a
+  1-element tensor, bare (``dist.all_reduce.__wrapped__``) and wrapped (``dist.all_reduce``),
+  interleaved (not in quick mode).
 * **Idle node.** An agent process (a child whose main thread only sleeps) starts 8 real worker
   processes armed by the start-up that mark steps in a loop; its CPU per second with the
   training watch off, then on (:class:`~elastic_otel.integration.training_watch.TrainingWatch`,
@@ -18,7 +21,7 @@
   receiver): wall and CPU of the round in the agent, the workers' CPU for their dumps, the
   stack text per worker, the records and their OTLP bytes. Variants: plain Python workers, and
   workers with torch imported in a real gloo group (the waiting ranks block in gloo's
-  ``all_reduce``, the stuck one in a ``nn.Module`` forward).
+  ``all_reduce``, the stuck one in a ``nn.Module`` forward; not in quick mode).
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ CASES = {
     "wrapped": ("f(x)", {"f": wrapped}),
     "wrapped, keywords": ("f(x, group=None, async_op=False)", {"f": wrapped}),
     "mark_step": ("m(3)", {"m": progress.mark_step}),
+    "mark_checkpoint": ("c(3)", {"c": progress.mark_checkpoint}),
+    "saving_checkpoint": ("with s(3): pass", {"s": progress.saving_checkpoint}),
 }
 PARTS = {  # what the armed wrapper is made of (after arm: the mapping exists)
     "mapping store": ("v[9] = 7", {}),
@@ -638,12 +643,6 @@ def hot_path(quick: bool) -> dict[str, Any]:
     number, repeat = (20_000, 3) if quick else (200_000, 15)
     raw = _script_result("hot path", HOT_PATH, [str(number), str(repeat)], common.clean_env())
     ns = {name: _min_median(v) for name, v in raw.items()}
-    gloo_n, gloo_r = (300, 3) if quick else (3_000, 9)
-    worker = _worker_env(Path(tempfile.gettempdir()))
-    gloo = _script_result("gloo all_reduce", GLOO, [str(gloo_n), str(gloo_r)], worker)
-    if not (gloo["armed"] and gloo["wrapped"]):
-        raise RuntimeError(f"the gloo worker was not armed and wrapped: {gloo}")
-    gloo_ns = {name: _min_median(v) for name, v in gloo["ns"].items()}
 
     def added(wrapped: str, bare: str) -> float:
         return ns[wrapped]["min"] - ns[bare]["min"]
@@ -664,16 +663,33 @@ def hot_path(quick: bool) -> dict[str, Any]:
             ),
             "mark_step, armed": added("mark_step, armed", "empty statement, armed"),
             "mark_step, unarmed": added("mark_step, unarmed", "empty statement, unarmed"),
+            **{
+                f"{call}, {phase}": added(f"{call}, {phase}", f"empty statement, {phase}")
+                for call in ("mark_checkpoint", "saving_checkpoint")
+                for phase in ("armed", "unarmed")
+            },
         },
         "parts_ns": {k: ns[f"{k}, armed"]["min"] - empty for k in PARTS},
-        "gloo": {
-            "number": gloo_n,
-            "repeat": gloo_r,
-            "ns": gloo_ns,
-            "added_ns": gloo_ns["wrapped"]["min"] - gloo_ns["bare"]["min"],
-            "recorded_calls": gloo["recorded_calls"],
-            "expected_calls": gloo_n * gloo_r,
-        },
+        # Quick mode (CI smoke run): not the gloo worker, one torch start-up fewer.
+        "gloo": None if quick else gloo_all_reduce(),
+    }
+
+
+def gloo_all_reduce() -> dict[str, Any]:
+    """A real one-process gloo all_reduce in a worker armed by the start-up: bare, wrapped."""
+    gloo_n, gloo_r = 3_000, 9
+    worker = _worker_env(Path(tempfile.gettempdir()))
+    gloo = _script_result("gloo all_reduce", GLOO, [str(gloo_n), str(gloo_r)], worker)
+    if not (gloo["armed"] and gloo["wrapped"]):
+        raise RuntimeError(f"the gloo worker was not armed and wrapped: {gloo}")
+    gloo_ns = {name: _min_median(v) for name, v in gloo["ns"].items()}
+    return {
+        "number": gloo_n,
+        "repeat": gloo_r,
+        "ns": gloo_ns,
+        "added_ns": gloo_ns["wrapped"]["min"] - gloo_ns["bare"]["min"],
+        "recorded_calls": gloo["recorded_calls"],
+        "expected_calls": gloo_n * gloo_r,
     }
 
 
@@ -713,9 +729,8 @@ def dumps(quick: bool) -> list[dict[str, Any]]:
     """Both stalled variants in one agent process, exporting to one receiver."""
     from benchmarks.receiver import ReceiverProcess
 
-    variants = (
-        [{"variant": "plain", "workers": WORKERS_PER_NODE, "rounds": 2},
-         {"variant": "torch", "workers": 2, "rounds": 1}]
+    variants = (  # quick mode (CI smoke run): not the torch variant, two torch start-ups fewer
+        [{"variant": "plain", "workers": WORKERS_PER_NODE, "rounds": 2}]
         if quick
         else [{"variant": "plain", "workers": WORKERS_PER_NODE, "rounds": 5},
               {"variant": "torch", "workers": WORKERS_PER_NODE, "rounds": 5}]
@@ -796,12 +811,12 @@ def run(quick: bool) -> dict[str, Any]:
     hot = hot_path(quick)
     watch = idle(quick)
     stalled = dumps(quick)
-    torch_dump = next(d for d in stalled if d["variant"] == "torch")
+    scaled = next((d for d in stalled if d["variant"] == "torch"), stalled[-1])
     return {
         "hot": hot,
         "idle": watch,
         "dumps": stalled,
-        "cluster": cluster(torch_dump, DEFAULT_STALL_AFTER_S),
+        "cluster": cluster(scaled, DEFAULT_STALL_AFTER_S),
     }
 
 

@@ -114,6 +114,7 @@ def test_results_have_expected_shape(quick_run: tuple[str, dict, str]) -> None:
     assert scale["keepalive_events_sent"] == scale["keepalive_logs_received"]
     assert scale["table"]["log_records_per_s"] == pytest.approx(4096 * 3 / 5)
     assert scale["heartbeat_logs_off"] is None  # quick mode: the default variant only
+    assert scale["open_spans"] is None  # quick mode: not the open-span snapshots
 
     recovery = results["recovery"]  # quick mode: the job with the bridge only, no ratio
     assert list(recovery["variants"]) == ["--event-log-handler otel"]
@@ -121,11 +122,14 @@ def test_results_have_expected_shape(quick_run: tuple[str, dict, str]) -> None:
 
     training = results["training"]
     hot = training["hot"]
+    for call in ("mark_step", "mark_checkpoint", "saving_checkpoint"):  # issues 20 and 22
+        assert {f"{call}, armed", f"{call}, unarmed"} <= set(hot["added_ns"])
     assert all(_finite(v) for v in hot["added_ns"].values())
-    assert hot["gloo"]["recorded_calls"] == hot["gloo"]["expected_calls"]
+    assert hot["gloo"] is None  # quick mode: not the gloo worker
     assert [p["after_s"] for p in training["idle"]["phases"]] == [60.0, 2.0]
     assert training["idle"]["alive_at_end"] == 8
     assert not any(p["reports"] for p in training["idle"]["phases"])  # progressing: no stall
+    assert [d["variant"] for d in training["dumps"]] == ["plain"]  # quick mode: not torch
     for dump in training["dumps"]:
         assert dump["stall_waited_for"] == [1]  # rank 1 is stuck, the others wait for it
         dumps = [r["dumps"] for r in dump["rounds"]]  # a record per dump, one for the stall
@@ -133,3 +137,29 @@ def test_results_have_expected_shape(quick_run: tuple[str, dict, str]) -> None:
         assert dump["stall_records_alone"] == 1
         assert min(dump["stack_bytes"]) > 0
     assert training["cluster"]["records_per_s"] == pytest.approx(4096 * 9 / 60)
+
+    sizes = results["trace_sizes"]
+    assert sizes["nodes"] == [8, 64]  # quick mode: 512 and 4,096 nodes in the full run only
+    rows = sizes["sizes"]
+    assert len(rows) == 2 * 2 * 2  # node counts x layouts x with and without training spans
+    for row in rows:
+        assert row["traces"] == 1  # at most 128 nodes: one trace per round in both layouts
+        assert row["spans"] == row["round_spans"] == row["max_spans"]
+        assert row["bytes"] == row["round_bytes"] == row["max_bytes"] > 0
+        assert row["other_spans"] is None and row["tempo_ok"] and row["jaeger_ok"]
+    by = {(r["nodes"], r["round_trace_max_nodes"], r["training_spans"]): r for r in rows}
+    for (nodes, limit, training), row in by.items():
+        if training:  # 3 spans of the training script per worker, 8 workers per node
+            assert row["spans"] == by[(nodes, limit, False)]["spans"] + nodes * 8 * 3
+        assert row["spans"] == by[(nodes, 0, training)]["spans"]  # both layouts alike
+    assert by[(64, 0, False)]["spans"] == 8 * by[(8, 0, False)]["spans"]  # spans per node
+    bridge = sizes["bridge"]
+    assert [r["world"] for r in bridge] == [8, 512, 4096]
+    for row in bridge:  # one node's round: the same events and records at every world size
+        assert (row["events"], row["records_exported"]) == (
+            bridge[0]["events"],
+            bridge[0]["records_exported"],
+        )
+        assert row["records_exported"] > row["events"] > 0
+        assert len(row["cpu_us"]) == sizes["bridge_reps"]
+        assert all(_finite(v) for v in row["cpu_us"]) and row["heap_peak_kb"] > 0
