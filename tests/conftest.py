@@ -83,19 +83,26 @@ def make_logger() -> Iterator:
         handler.shutdown()
 
 
-SLOWEST_FIRST = (
-    "test_benchmarks_quick.py",
+SLOWEST_FIRST = (  # measured (pytest --junitxml), slowest first
     "test_reliability.py",
-    "test_root_cause.py",
+    "test_benchmarks_quick.py",
     "test_e2e_torchrun.py",
+    "test_rendezvous_backends.py",
+    "test_fork_safety.py",
+    "test_sigterm_blocked.py",
+    "test_registration.py",
+    "test_hangs.py",
+    "test_root_cause.py",
+    "test_trace_layout.py",
     "test_host_loss.py",
     "test_cli_demo.py",
-    "test_sigterm_blocked.py",
-    "test_fork_safety.py",
+    "test_replay.py",
+    "test_instrument.py",
+    "test_agent_outcomes.py",
 )
-"""End-to-end files that take a minute or more, started first: with ``-n N --dist loadfile``
-each worker takes whole files in collection order, so a long file collected last would run
-alone at the end while the other workers idle."""
+"""The files that take longest, started first: with ``-n N --dist loadfile`` each worker takes
+whole files in collection order, so a long file collected last would run alone at the end while
+the other workers idle."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
