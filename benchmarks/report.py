@@ -984,9 +984,9 @@ def _training(tr: dict[str, Any]) -> list[str]:
     lines += [
         "Medians over the rounds "
         + ", ".join(f"({d['variant']}: {len(d['rounds'])})" for d in tr["dumps"])
-        + ". The round's wall time is mostly the watch's waits: 20 ms before reading the "
-        "stacks files, then 50 ms per worker whose dump it found, one after the other "
-        "(`_SETTLE_S`, in case faulthandler is still writing). *stall record alone*: an "
+        + ". The round's wall time is mostly the watch's waits: it polls the stacks files "
+        "every 20 ms and takes a worker's dump once its file stopped growing for one poll, "
+        "all workers together. *stall record alone*: an "
         "export request holding only the stall record (resource and scope included); *bytes "
         "per stacks record* = (bytes per report - that) ÷ workers.",
         "",

@@ -45,7 +45,6 @@ _logger = logging.getLogger("elastic_otel")
 STACK_WAIT_S = 0.5
 """Longest wait for the workers' stack dumps (before a stop, or on a stall)."""
 _POLL_S = 0.02
-_SETTLE_S = 0.05
 
 REASON_TRAINING = "training"
 REASON_STALL = "stall"
@@ -192,20 +191,25 @@ class TrainingWatch:
             except OSError:  # gone already
                 continue
             asked.append(worker)
+        # A dump is whole once its file stopped growing for one poll: all workers are waited
+        # for together, so that the wait does not grow with their number (it delays the
+        # restart when taken before a stop).
         deadline = time.monotonic() + STACK_WAIT_S
         found: dict[int, str] = {}
+        sizes: dict[int, int] = {}
         while asked and time.monotonic() < deadline:
             time.sleep(_POLL_S)
             for worker in asked:
-                if worker.global_rank in found:
+                rank = worker.global_rank
+                if rank in found:
                     continue
                 path = os.path.join(worker.directory, WORKER_STACKS_FILE)
-                text, offset = read_new_stacks(path, worker.stacks_offset)
-                if text:
-                    time.sleep(_SETTLE_S)  # faulthandler may still be writing this dump
-                    rest, offset = read_new_stacks(path, offset)
-                    found[worker.global_rank] = text + rest
-                    worker.stacks_offset = offset
+                size = _size(path)
+                if size > worker.stacks_offset and size == sizes.get(rank):
+                    text, worker.stacks_offset = read_new_stacks(path, worker.stacks_offset)
+                    if text:
+                        found[rank] = text
+                sizes[rank] = size
             if len(found) == len(asked):
                 break
         stacks = [(w, found[w.global_rank]) for w in asked if w.global_rank in found]
