@@ -128,29 +128,33 @@ def one_round(index: int, args: argparse.Namespace) -> list[int | None]:
     for agent in agents:
         agent.join(max(0.0, deadline - time.monotonic()))
     codes = [agent.exitcode for agent in agents]
+    if args.dump_hung and None in codes:
+        # The parent too: it hosts the store the agents connect to.
+        dump_native_stacks(os.getpid(), "parent")
     for agent in agents:
         if agent.exitcode is None:
             if args.dump_hung:
-                dump_native_stacks(agent.pid)
+                dump_native_stacks(agent.pid, "hung agent")
             agent.kill()
             agent.join(10)
     del host
     return codes
 
 
-def dump_native_stacks(pid: int | None) -> None:
-    """Every thread's native stack of a hung agent, on stderr (where gdb is installed)."""
+def dump_native_stacks(pid: int | None, who: str) -> None:
+    """Every thread's native stack (innermost frames) of process ``pid``, on stderr (where
+    gdb is installed), each line cut short: what a hang is waiting on."""
     gdb = shutil.which("gdb")
     if gdb is None or pid is None:
         return
     done = subprocess.run(
-        [gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt 30"],
+        [gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt 12"],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    frames = [line for line in done.stdout.splitlines() if line.startswith(("Thread", "#"))]
-    print(f"--- hung agent {pid} ---", *frames, sep="\n", file=sys.stderr, flush=True)
+    frames = [line[:160] for line in done.stdout.splitlines() if line.startswith(("Thread", "#"))]
+    print(f"--- {who} {pid} ---", *frames, sep="\n", file=sys.stderr, flush=True)
 
 
 def main() -> None:

@@ -48,7 +48,8 @@ def run_rounds(*args: str, endpoint: str | None = None, **env: str) -> Rounds:
         json.loads(line)["exit_codes"] for line in done.stdout.splitlines() if line[:1] == "{"
     ]
     assert rounds, f"no round ran:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-    return Rounds(rounds, "".join(done.stderr.partition("--- hung agent")[1:])[-6000:])
+    dumps = done.stderr[done.stderr.find("--- ") :] if "--- " in done.stderr else ""
+    return Rounds(rounds, dumps[:30000])
 
 
 def outcome(code: int | None) -> str:
