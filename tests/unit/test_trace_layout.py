@@ -15,6 +15,7 @@ from pathlib import Path
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from benchmarks.rounds import NPROC, node_events, run_round, serialized
+from benchmarks.trace_sizes import JAEGER_MAX_SPANS, RUN_ID, SALT, TEMPO_MAX_BYTES_PER_TRACE
 from elastic_otel.cli.otlp_json_reader import read_otlp_json
 from elastic_otel.cli.timeline.build import build_timeline, render_text
 from elastic_otel.emit.otlp_json import OtlpJsonFileSpanExporter
@@ -22,17 +23,13 @@ from elastic_otel.model.trace_ids import trace_id_for
 from elastic_otel.names import attributes as A
 from elastic_otel.names.environment_variables import DEFAULT_ROUND_TRACE_MAX_NODES
 
-TEMPO_MAX_BYTES_PER_TRACE = 5_000_000  # Tempo's default max_bytes_per_trace
-JAEGER_MAX_SPANS = 10_000  # Jaeger on Elasticsearch: spans per query by default
-RUN = "scale-job"
-
 
 def round_trace() -> int:
-    return trace_id_for("benchmark", RUN, 0)
+    return trace_id_for(SALT, RUN_ID, 0)
 
 
 def test_the_events_are_torchs_own_serialization() -> None:
-    for event in node_events(RUN, 7, 4096):
+    for event in node_events(RUN_ID, 7, 4096):
         assert serialized(event) == event.serialize()
 
 
