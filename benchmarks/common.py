@@ -162,7 +162,8 @@ def run_child_with_pause(
     on_pause: Any,
     timeout: float = 600.0,
 ) -> dict[str, Any]:
-    """Like :func:`run_child`; when the child prints PAUSE, call ``on_pause()``, then resume it."""
+    """Like :func:`run_child`; each time the child prints PAUSE, call ``on_pause()``, then
+    resume it."""
     proc = subprocess.Popen(
         _child_cmd(module, config),
         cwd=child_cwd(),
@@ -173,14 +174,16 @@ def run_child_with_pause(
         text=True,
     )
     assert proc.stdin is not None and proc.stdout is not None
+    out = []
     for line in proc.stdout:
         if line.strip() == PAUSE:
             on_pause()
             proc.stdin.write("\n")
             proc.stdin.flush()
-            break
-    out, err = proc.communicate(timeout=timeout)
-    return _child_result(module, out, err, proc.returncode)
+        else:
+            out.append(line)
+    rest, err = proc.communicate(timeout=timeout)
+    return _child_result(module, "".join(out) + rest, err, proc.returncode)
 
 
 def _child_cmd(module: str, config: Mapping[str, Any]) -> list[str]:

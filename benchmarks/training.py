@@ -26,7 +26,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -607,32 +606,6 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
 # --- parent -----------------------------------------------------------------------------------
 
 
-def _run_with_pauses(
-    config: Mapping[str, Any], env: Mapping[str, str], on_pause: Callable[[], None]
-) -> dict[str, Any]:
-    """Like :func:`common.run_child_with_pause`, for a child that pauses more than once."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", MODULE, "child", json.dumps(dict(config))],
-        cwd=common.child_cwd(),
-        env=dict(env),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    out = []
-    for line in proc.stdout:
-        if line.strip() == common.PAUSE:
-            on_pause()
-            proc.stdin.write("\n")
-            proc.stdin.flush()
-        else:
-            out.append(line)
-    rest, err = proc.communicate(timeout=600)
-    return common._child_result(MODULE, "".join(out) + rest, err, proc.returncode)
-
-
 def _min_median(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values)}
 
@@ -753,7 +726,7 @@ def dumps(quick: bool) -> list[dict[str, Any]]:
             time.sleep(0.3)  # the child flushed before pausing
             snapshots.append(rx.stats())
 
-        result = _run_with_pauses(config, env, snapshot)
+        result = common.run_child_with_pause(MODULE, config, env, snapshot)
         time.sleep(0.3)
         snapshots.append(rx.stats())
     out = []
