@@ -30,6 +30,8 @@ import logging
 import os
 import threading
 
+from elastic_otel.emit.export_gate import GATE as EXPORT_GATE
+
 _logger = logging.getLogger("elastic_otel")
 
 _THREAD_NAME = "elastic-otel-fork-stack"
@@ -74,6 +76,7 @@ class ForkGuard:
         )
 
     def _before_fork(self) -> None:
+        EXPORT_GATE.before_fork()  # no export inside gRPC at the fork (emit/export_gate.py)
         if self.bridge_running:
             # gRPC restarts its threads inside fork(), before any Python code runs in the
             # child, on the stacks of the parent's newest threads (glibc reuses them newest
@@ -82,11 +85,13 @@ class ForkGuard:
         self._threads_at_fork = count_threads()
 
     def _after_fork_in_parent(self) -> None:
+        EXPORT_GATE.after_fork_in_parent()
         decoys, self._decoys = self._decoys, None
         if decoys is not None:
             decoys.set()
 
     def _after_fork_in_child(self) -> None:
+        EXPORT_GATE.after_fork_in_child()
         self._lock = threading.Lock()  # another thread may have held it at fork
         self._parked = threading.Event()
         self._decoys = None

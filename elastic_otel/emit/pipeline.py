@@ -151,11 +151,15 @@ def build_meter_provider(resource: Resource) -> MeterProvider:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 
+    from elastic_otel.emit.gated_metric_exporter import GatedMetricExporter
+
     readers: list[MetricReader] = []
     for name in exporter_names("metrics"):
         cls = exporter_class("metrics", name)
-        is_reader = isinstance(cls, type) and issubclass(cls, MetricReader)
-        readers.append(cls() if is_reader else PeriodicExportingMetricReader(cls()))
+        if isinstance(cls, type) and issubclass(cls, MetricReader):
+            readers.append(cls())
+        else:
+            readers.append(PeriodicExportingMetricReader(GatedMetricExporter(cls())))
     return MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
 
 
@@ -192,12 +196,13 @@ class Pipeline:
         return counters
 
     def flush(self, timeout_s: float, stop_on_failure: bool = False) -> bool:
-        """Export what is buffered, waiting at most ``timeout_s``. With ``stop_on_failure``
-        (at exit) stop waiting as soon as an export fails: the collector is down, and waiting
-        would only delay the exit."""
+        """Export what is buffered, waiting at most ``timeout_s``; ``True`` when it all got
+        out (nothing is held back for a collector that did not answer). With
+        ``stop_on_failure`` (at exit) stop waiting as soon as an export fails: the collector
+        is down, and waiting would only delay the exit."""
         seen = self.warnings.seen
         give_up = (lambda: self.warnings.seen > seen) if stop_on_failure else None
-        return run_bounded(self._flushers, timeout_s, give_up)
+        return run_bounded(self._flushers, timeout_s, give_up) and self.pending() == 0
 
     def shutdown(self, timeout_s: float) -> bool:
         """Flush, then stop exporters (which also interrupts their retry back-off)."""

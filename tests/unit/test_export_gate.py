@@ -1,0 +1,55 @@
+"""The export gate: a fork waits for the bridge's export under way, within its bound."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from elastic_otel.emit.export_gate import FORK_WAIT_S
+
+FORK_DURING_AN_EXPORT = """
+import os, sys, threading, time
+from elastic_otel.emit.export_gate import GATE
+os.register_at_fork(before=GATE.before_fork, after_in_parent=GATE.after_fork_in_parent,
+                    after_in_child=GATE.after_fork_in_child)
+order = []
+entered = threading.Event()
+def export():
+    with GATE.exporting():
+        entered.set()
+        time.sleep(float(sys.argv[1]))
+        order.append("export returned")
+thread = threading.Thread(target=export)
+thread.start()
+entered.wait()
+pid = os.fork()
+if pid == 0:
+    with GATE.exporting():  # open in the child, whose exporting thread does not exist
+        os._exit(0)
+order.append("forked")
+assert os.waitpid(pid, 0)[1] == 0
+thread.join()
+print(" then ".join(order), GATE.forks_waited_out, sep="|")
+"""
+
+
+@pytest.mark.parametrize(
+    ("export_s", "expected"),
+    [
+        (FORK_WAIT_S / 5, "export returned then forked|0"),
+        (FORK_WAIT_S * 6, "forked then export returned|1"),  # past the bound: fork goes ahead
+    ],
+)
+def test_a_fork_waits_for_the_export_under_way_within_its_bound(
+    export_s: float, expected: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_DURING_AN_EXPORT, str(export_s)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
