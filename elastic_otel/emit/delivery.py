@@ -30,7 +30,6 @@ from urllib.parse import unquote
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from elastic_otel.emit.export_gate import GATE
 from elastic_otel.names.counters import DeliveryCounters
 from elastic_otel.names.environment_variables import DEFAULT_RETRY_QUEUE_SIZE
 
@@ -105,8 +104,7 @@ class OutageBuffer:
                 return self._failure
             chunk = [self._backlog.popleft() for _ in range(min(_CHUNK, len(self._backlog)))]
             try:
-                with GATE.exporting():
-                    ok = _is_success(self.inner.export(chunk))
+                ok = _is_success(self.inner.export(chunk))
             except Exception as e:
                 if self._interrupted:  # closed under an export in flight: not the records' fault
                     self.stats.add("lost_at_exit", len(chunk))

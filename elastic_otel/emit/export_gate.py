@@ -1,17 +1,20 @@
-"""The export gate: no export of the bridge is inside gRPC when the process forks.
+"""The export gate: no gRPC call of the bridge's exporters is under way when the process forks.
 
 gRPC's fork handlers give up when another thread is inside a gRPC call at ``fork()`` ("Other
 threads are currently calling into gRPC, skipping fork() handlers"); the child's gRPC is then
 left half set up, and its first exports can hang until their deadline: a forked child's
 telemetry is lost although the collector is up (seen: 2 children of 80 forked while the
-parent exported steadily). So every export of the bridge's exporters (spans, logs, metrics)
-passes this gate; before a fork the gate closes, waits for the exports under way to return
-(at most :data:`FORK_WAIT_S`), and opens again right after the fork, in parent and child.
-Exports that start meanwhile wait for it to open (on the SDK's export threads, never torch's).
+parent exported steadily). So every RPC of the OTLP/gRPC exporters the bridge builds (spans,
+logs, metrics) passes this gate (:func:`gate_grpc_calls`); before a fork the gate closes,
+waits for the calls under way to return (at most :data:`FORK_WAIT_S`), and opens again right
+after the fork, in parent and child. Calls that start meanwhile wait for it to open (on the
+SDK's export threads, never torch's).
 
-The wait is bounded because an export to a collector that does not answer can take
-``OTEL_EXPORTER_OTLP_TIMEOUT``: past the bound the fork goes ahead as it would without the
-bridge. Imports nothing of the SDK: the fork guard hooks it in before the SDK is loaded.
+The gate holds the RPC alone, not the exporter's retry back-off around it: with a collector
+that refuses connections the RPC fails at once and a fork does not wait (gating the whole
+export made every fork wait the full bound then). A collector that never answers holds an
+RPC until its deadline: past the bound the fork goes ahead as it would without the bridge.
+Imports nothing of the SDK: the fork guard hooks it in before the SDK is loaded.
 """
 
 from __future__ import annotations
@@ -19,12 +22,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 FORK_WAIT_S = 0.5
 """Longest a fork waits for the exports under way (a healthy collector answers in ms)."""
 
-T = TypeVar("T")
+E = TypeVar("E")
 
 
 class ExportGate:
@@ -50,11 +53,6 @@ class ExportGate:
                 self._busy -= 1
                 self._cond.notify_all()
 
-    def run(self, call: Callable[[], T]) -> T:
-        """``call()`` inside the gate."""
-        with self.exporting():
-            return call()
-
     def before_fork(self) -> None:
         with self._cond:
             self._forking = True
@@ -75,3 +73,32 @@ class ExportGate:
 
 GATE = ExportGate()
 """This process's gate: gRPC's state, like fork, is process-wide."""
+
+
+class _GatedStub:
+    """An OTLP service stub whose ``Export`` RPC passes the gate."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def Export(self, *args: Any, **kwargs: Any) -> Any:  # gRPC's method name
+        with GATE.exporting():
+            return self._inner.Export(*args, **kwargs)
+
+
+def gate_grpc_calls(exporter: E) -> E:
+    """Route the RPCs of an OTLP/gRPC exporter (``OTLPExporterMixin``: spans, logs, metrics)
+    through :data:`GATE`, including the stubs it makes when it reconnects; other exporters are
+    returned unchanged. Returns ``exporter``."""
+    make_stub: Callable[[Any], Any] | None = getattr(exporter, "_stub", None)
+    if not callable(make_stub) or not hasattr(exporter, "_channel"):
+        return exporter
+
+    def gated_stub(channel: Any) -> _GatedStub:
+        return _GatedStub(make_stub(channel))
+
+    exporter._stub = gated_stub  # type: ignore[attr-defined]
+    client = getattr(exporter, "_client", None)
+    if client is not None and not isinstance(client, _GatedStub):
+        exporter._client = _GatedStub(client)  # type: ignore[attr-defined]
+    return exporter

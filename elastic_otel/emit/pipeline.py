@@ -58,6 +58,7 @@ from elastic_otel.emit.delivery import (
     SpanOutageBuffer,
     install_export_warnings,
 )
+from elastic_otel.emit.export_gate import gate_grpc_calls
 from elastic_otel.names import counters as C
 from elastic_otel.names.attributes import INSTRUMENTATION_SCOPE
 from elastic_otel.names.counters import DeliveryCounters
@@ -151,21 +152,20 @@ def build_meter_provider(resource: Resource) -> MeterProvider:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 
-    from elastic_otel.emit.gated_metric_exporter import GatedMetricExporter
-
     readers: list[MetricReader] = []
     for name in exporter_names("metrics"):
         cls = exporter_class("metrics", name)
         if isinstance(cls, type) and issubclass(cls, MetricReader):
             readers.append(cls())
         else:
-            readers.append(PeriodicExportingMetricReader(GatedMetricExporter(cls())))
+            readers.append(PeriodicExportingMetricReader(gate_grpc_calls(cls())))
     return MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
 
 
 def load_exporter(signal: str, name: str) -> Any:
-    """Instantiate the exporter registered as ``name`` (it reads its own env configuration)."""
-    return exporter_class(signal, name)()
+    """Instantiate the exporter registered as ``name`` (it reads its own env configuration),
+    its gRPC calls through the export gate."""
+    return gate_grpc_calls(exporter_class(signal, name)())
 
 
 @dataclass

@@ -53,3 +53,32 @@ def test_a_fork_waits_for_the_export_under_way_within_its_bound(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == expected
+
+
+def test_an_otlp_grpc_exporters_rpcs_pass_the_gate_also_after_it_reconnects() -> None:
+    """An export that starts while a fork is under way waits for the gate; the stub the
+    exporter makes when it reconnects (after UNAVAILABLE) is gated too."""
+    import threading
+
+    from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+    from otlp_receiver import OtlpReceiver, free_port
+
+    from elastic_otel.emit.export_gate import GATE, gate_grpc_calls
+
+    dead = gate_grpc_calls(OTLPLogExporter(endpoint=f"http://127.0.0.1:{free_port()}", timeout=1))
+    dead.export([])  # refused: UNAVAILABLE, a new channel and stub
+    assert type(dead._client).__name__ == "_GatedStub"
+
+    with OtlpReceiver("grpc") as receiver:
+        exporter = gate_grpc_calls(OTLPLogExporter(endpoint=receiver.endpoint, insecure=True))
+        exported = threading.Event()
+        GATE.before_fork()  # nothing under way: closes at once
+        try:
+            thread = threading.Thread(target=lambda: (exporter.export([]), exported.set()))
+            thread.start()
+            assert not exported.wait(FORK_WAIT_S), "an RPC started while the gate was closed"
+        finally:
+            GATE.after_fork_in_parent()
+        assert exported.wait(30)
+        thread.join()
+        exporter.shutdown()
