@@ -84,8 +84,8 @@ def make_logger() -> Iterator:
 
 
 SLOWEST_FIRST = (  # measured (pytest --junitxml), slowest first
-    "test_reliability.py",
     "test_benchmarks_quick.py",
+    "test_reliability.py",
     "test_e2e_torchrun.py",
     "test_rendezvous_backends.py",
     "test_fork_safety.py",
@@ -93,6 +93,7 @@ SLOWEST_FIRST = (  # measured (pytest --junitxml), slowest first
     "test_registration.py",
     "test_hangs.py",
     "test_root_cause.py",
+    "test_security.py",
     "test_trace_layout.py",
     "test_host_loss.py",
     "test_cli_demo.py",

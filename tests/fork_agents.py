@@ -21,24 +21,19 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def drop_stores(n: int) -> None:
     from torch.distributed import TCPStore
 
     for _ in range(n):
-        store = TCPStore("127.0.0.1", free_port(), 1, True, use_libuv=True)
+        # Port 0: the store binds a free port itself (a port picked first and bound later
+        # can be taken meanwhile by the other tests running beside this one).
+        store = TCPStore("127.0.0.1", 0, 1, True, use_libuv=True)
         cycle: list[object] = [store]
         cycle.append(cycle)  # only the garbage collector frees it
 
@@ -100,10 +95,8 @@ def _collect(mode: str, index: int) -> str:
 def one_round(index: int, args: argparse.Namespace) -> list[int | None]:
     from torch.distributed import TCPStore
 
-    port = free_port()
-    host = TCPStore(
-        "127.0.0.1", port, args.agents + 1, True, use_libuv=True, wait_for_workers=False
-    )
+    host = TCPStore("127.0.0.1", 0, args.agents + 1, True, use_libuv=True, wait_for_workers=False)
+    port = host.port
     gc.disable()
     try:
         drop_stores(args.stores)

@@ -8,14 +8,31 @@ import sys
 import textwrap
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from otlp_receiver import OtlpReceiver, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ROOT / "examples" / "train.py"
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+
+FAST_EXPORT = {"OTEL_BLRP_SCHEDULE_DELAY": "50", "OTEL_BSP_SCHEDULE_DELAY": "50"}
+
+
+def use_receiver(monkeypatch: pytest.MonkeyPatch, receiver: OtlpReceiver, **extra: str) -> None:
+    for key, value in {**receiver.exporter_env(), **FAST_EXPORT, **extra}.items():
+        monkeypatch.setenv(key, value)
+
+
+def seqs(receiver: OtlpReceiver) -> Counter:
+    return Counter(
+        r["attributes"]["torchelastic.seq"]
+        for r in receiver.logs()
+        if "torchelastic.seq" in r["attributes"]
+    )
 
 
 @dataclass
