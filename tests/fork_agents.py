@@ -146,7 +146,14 @@ def dump_native_stacks(pid: int | None, who: str) -> None:
         text=True,
         timeout=120,
     )
-    frames = [line[:160] for line in done.stdout.splitlines() if line.startswith(("Thread", "#"))]
+    # Frames without a symbol (gRPC's stripped library) and the layers of a lock wait say
+    # nothing; what is left fits every thread of a process with a few dozen of them.
+    noise = ("cygrpc", "futex", "sem_wait", "sem_clockwait", "PyObject_Vectorcall", "Vectorcall")
+    frames = [
+        line[:160]
+        for line in done.stdout.splitlines()
+        if line.startswith(("Thread", "#")) and not any(n in line for n in noise)
+    ]
     print(f"--- {who} {pid} ---", *frames, sep="\n", file=sys.stderr, flush=True)
 
 

@@ -49,7 +49,7 @@ def run_rounds(*args: str, endpoint: str | None = None, **env: str) -> Rounds:
     ]
     assert rounds, f"no round ran:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     dumps = done.stderr[done.stderr.find("--- ") :] if "--- " in done.stderr else ""
-    return Rounds(rounds, dumps[:30000])
+    return Rounds(rounds, dumps[:120000])
 
 
 def outcome(code: int | None) -> str:

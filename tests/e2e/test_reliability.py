@@ -273,6 +273,8 @@ def test_forked_children_do_not_deadlock(grpc_receiver: OtlpReceiver, tmp_path) 
         "    assert os.waitpid(pid, 0)[1] == 0, 'a child did not get its records out'\n"
         "busy.join()\n"
         "rec('parent', 10)\n"
+        # not the exit's bounded flush: on a loaded machine 20,000 records take longer
+        "assert elastic_otel.flush(60), 'the parent did not get its records out'\n"
     )
     done = subprocess.run(
         [sys.executable, str(script)],

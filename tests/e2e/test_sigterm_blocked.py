@@ -330,6 +330,7 @@ def test_only_this_process_sigterm_or_sigint_ends_its_spans(
 # The application set a wakeup fd of its own (as an event loop does) before the bridge started.
 APP_WAKEUP_FD = """\
 import os, signal, socket, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as FORK_AND_SIGNALS says why
 import elastic_otel
 from torch.distributed.elastic import events
 from torch.distributed.elastic.events import Event, EventSource
