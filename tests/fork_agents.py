@@ -16,6 +16,7 @@ one JSON line per round: each agent's exit code, ``null`` for an agent still ali
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import json
 import multiprocessing as mp
@@ -42,7 +43,13 @@ def happy() -> None:
     return None
 
 
-def run_agent(endpoint: str, run_id: str, nodes: int, collect: str) -> None:
+def run_agent(
+    endpoint: str, run_id: str, nodes: int, collect: str, dump_after: float | None
+) -> None:
+    if dump_after is not None:
+        # A hung agent's Python stacks, every thread's, from a C watchdog that needs no GIL,
+        # shortly before the round gives up on it (an agent that ends first prints none).
+        faulthandler.dump_traceback_later(dump_after, file=sys.stderr)
     import torch.distributed.elastic.rendezvous.registry as registry
     from torch.distributed.elastic.agent.server.api import WorkerSpec
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
@@ -109,6 +116,7 @@ def one_round(index: int, args: argparse.Namespace) -> list[int | None]:
                     f"fork-{os.getpid()}-{index}",
                     args.agents,
                     _collect(args.collect, index),
+                    max(1.0, args.timeout - 3.0) if args.dump_hung else None,
                 ),
             )
             for _ in range(args.agents)

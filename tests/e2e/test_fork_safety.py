@@ -48,7 +48,9 @@ def run_rounds(*args: str, endpoint: str | None = None, **env: str) -> Rounds:
         json.loads(line)["exit_codes"] for line in done.stdout.splitlines() if line[:1] == "{"
     ]
     assert rounds, f"no round ran:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-    dumps = done.stderr[done.stderr.find("--- ") :] if "--- " in done.stderr else ""
+    # A hung agent's Python stacks (faulthandler: "Timeout (...)!"), then the native ones.
+    starts = [i for i in (done.stderr.find("Timeout ("), done.stderr.find("--- ")) if i >= 0]
+    dumps = done.stderr[min(starts) :] if starts else ""
     return Rounds(rounds, dumps[:120000])
 
 
