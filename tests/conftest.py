@@ -83,27 +83,40 @@ def make_logger() -> Iterator:
         handler.shutdown()
 
 
-SLOWEST_FIRST = (  # measured (pytest --junitxml), slowest first
+SLOWEST_FIRST = (  # measured (pytest --junitxml: seconds per file), slowest first
     "test_benchmarks_quick.py",
-    "test_reliability.py",
     "test_e2e_torchrun.py",
+    "test_reliability.py",
+    "test_sigterm_blocked.py",
     "test_rendezvous_backends.py",
     "test_fork_safety.py",
-    "test_sigterm_blocked.py",
+    "test_root_cause.py",
     "test_registration.py",
     "test_hangs.py",
-    "test_root_cause.py",
-    "test_security.py",
-    "test_trace_layout.py",
     "test_host_loss.py",
-    "test_cli_demo.py",
     "test_replay.py",
     "test_instrument.py",
+    "test_cli_demo.py",
     "test_agent_outcomes.py",
+    "test_trace_layout.py",
+    "test_recovery.py",
+    "test_goodput_job.py",
+    "test_bad_input.py",
+    "test_security.py",
+    "test_torch_rendezvous.py",
+    "test_job_attempts.py",
+    "test_stalls.py",
 )
 """The files that take longest, started first: with ``-n N --dist loadfile`` each worker takes
 whole files in collection order, so a long file collected last would run alone at the end while
 the other workers idle."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-xdist hands out files with the most tests first unless told not to, which put
+    the longest file (three tests) near the end of a run: keep the order above instead."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

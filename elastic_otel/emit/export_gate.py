@@ -25,23 +25,23 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 FORK_WAIT_S = 0.5
-"""Longest a fork waits for the exports under way (a healthy collector answers in ms)."""
+"""Longest a fork waits for the RPCs under way (a healthy collector answers in ms)."""
 
 E = TypeVar("E")
 
 
 class ExportGate:
-    """Counts the exports under way; closes around a fork. One per process (:data:`GATE`)."""
+    """Counts the RPCs under way; closes around a fork. One per process (:data:`GATE`)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._busy = 0
         self._forking = False
-        self.forks_waited_out = 0  # forks that went ahead with an export still under way
+        self.forks_waited_out = 0  # forks that went ahead with an RPC still under way
 
     @contextmanager
     def exporting(self) -> Iterator[None]:
-        """Hold the gate open around one export call."""
+        """Hold the gate open around one RPC."""
         with self._cond:
             while self._forking:
                 self._cond.wait(FORK_WAIT_S)

@@ -18,16 +18,18 @@ from elastic_otel.integration import torch_metrics as metrics
 from elastic_otel.names import attributes as A
 from elastic_otel.names import counters
 
-# A worker that fails once, then runs until the test releases it (so the job outlives an export).
+# A worker whose first attempt runs until the test lets it fail, the second until the test
+# releases it: each attempt outlives a periodic export, whatever the machine's load.
 WORKER = """\
 import os, pathlib, sys, time
 d = pathlib.Path(os.environ["METRICS_TEST_DIR"])
-if not (d / "failed-once").exists():
+first = not (d / "failed-once").exists()
+if first:
     (d / "failed-once").write_text("x")
-    sys.exit(3)
 deadline = time.monotonic() + 60
-while not (d / "release").exists() and time.monotonic() < deadline:
+while not (d / ("fail" if first else "release")).exists() and time.monotonic() < deadline:
     time.sleep(0.1)
+sys.exit(3 if first else 0)
 """
 
 
@@ -54,12 +56,20 @@ def test_torchrun_job_metrics(grpc_receiver: OtlpReceiver, tmp_path: Path) -> No
         script=script,
     )
     try:
-        # exported periodically (OTEL_METRIC_EXPORT_INTERVAL=1000) while the worker still runs
+        # exported periodically (OTEL_METRIC_EXPORT_INTERVAL=1000) while the first attempt runs
         grpc_receiver.wait_for_metrics(
             1, timeout=60, where=lambda p: p["name"] == "torchelastic.workers.healthy"
         )
+        grpc_receiver.wait_for_metrics(
+            1,
+            timeout=30,
+            where=lambda p: (
+                p["name"] == "torchelastic.workers.remaining_restarts" and p["value"] == 1
+            ),
+        )
         assert agent.proc.poll() is None, "metrics arrived during the job"
     finally:
+        (tmp_path / "fail").write_text("go")
         (tmp_path / "release").write_text("go")
     rc, out = agent.wait()
     assert rc == 0, out[-3000:]
