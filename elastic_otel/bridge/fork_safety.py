@@ -22,6 +22,15 @@ inherited store's ``join`` meets a parked, detached thread and fails fast with `
 it does without the bridge. Nothing changes when or where garbage is collected, so a job's
 outcome is its outcome without the bridge. The parked threads only wait on an event; their
 cost (one thread start each, no new stack memory) is in BENCHMARKS.md.
+
+How many stacks the parent left is counted in the child, from its memory map
+(:func:`count_thread_stacks`), not from the parent's threads: a joinable thread that exited
+and was never joined keeps its stack, and its id, in glibc's list of stacks in use, so the child
+inherits it, but it is no longer a task in ``/proc/self/task``. A store's libuv daemon is such a
+thread once the store's loop was stopped (a forked child that destroys its copy of a store
+stops the parent's loop too: they share the loop's wakeup descriptor) while the store is still
+garbage in the parent. Counting tasks missed those stacks; a thread the child started later
+took one, and a store's ``join`` waited on it (the rare hang the fork test saw under load).
 """
 
 from __future__ import annotations
@@ -47,6 +56,28 @@ def count_threads() -> int:
         return 0
 
 
+def count_thread_stacks() -> int:
+    """Thread stacks mapped in this process (0 where the OS does not say): each an anonymous
+    read-write mapping right above its guard page. Besides the stacks of running threads this
+    counts those of exited threads nobody joined and those in glibc's cache; a mapping of that
+    shape that is no stack only adds a parked thread."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return 0
+    stacks = 0
+    guard_end = b""
+    for line in lines:
+        fields = line.split()
+        start, _, end = fields[0].partition(b"-")
+        anonymous = len(fields) == 5
+        if anonymous and fields[1] == b"rw-p" and start == guard_end:
+            stacks += 1
+        guard_end = end if anonymous and fields[1] == b"---p" else b""
+    return stacks
+
+
 class ForkGuard:
     """Keeps the stacks the parent's threads leave in a forked child away from new threads.
 
@@ -57,10 +88,9 @@ class ForkGuard:
         self._hooked = False
         self._lock = threading.Lock()
         self.bridge_running = False  # set by the bridge once it has started its threads
-        self._threads_at_fork = 0
         self._decoys: threading.Event | None = None
-        self.left_behind = 0  # stacks the parent's threads left in this child's stack cache
-        self.reserved = 0
+        self.forked = False  # a forked child whose inherited stacks are not reserved yet
+        self.reserved = 0  # threads parked on them
         self._parked = threading.Event()
 
     def watch(self) -> None:
@@ -82,7 +112,6 @@ class ForkGuard:
             # child, on the stacks of the parent's newest threads (glibc reuses them newest
             # first). Decoys started now are the newest: gRPC's threads take their ids.
             self._decoys = _park(count_threads() + _DECOY_MARGIN, "elastic-otel-fork-decoy")
-        self._threads_at_fork = count_threads()
 
     def _after_fork_in_parent(self) -> None:
         EXPORT_GATE.after_fork_in_parent()
@@ -95,7 +124,7 @@ class ForkGuard:
         self._lock = threading.Lock()  # another thread may have held it at fork
         self._parked = threading.Event()
         self._decoys = None
-        self.left_behind = max(0, self._threads_at_fork - 1)
+        self.forked = True
         self.reserved = 0
         running, self.bridge_running = self.bridge_running, False
         if running:
@@ -103,19 +132,19 @@ class ForkGuard:
             self.reserve_inherited_stacks()
 
     def reserve_inherited_stacks(self) -> int:
-        """In a forked child: park a thread on each stack the parent's threads left behind and
-        no thread of the child took yet. Returns how many were parked; never raises."""
+        """In a forked child, once: park a thread on each stack the parent left behind.
+        Returns how many were parked; never raises."""
         with self._lock:
-            # One per stack left behind, not fewer for the threads the child already runs:
-            # one of those may have ended and put a stack back, or taken one from elsewhere.
-            # A few idle threads too many cost nothing; one too few can cost a hang.
-            free = self.left_behind - self.reserved
-            if free <= 0:
+            if not self.forked:
                 return 0
-            if _park(free, _THREAD_NAME, self._parked) is None:
+            self.forked = False
+            # Every thread stack mapped, not fewer for the threads the child already runs: a
+            # few idle threads too many cost nothing; one too few can cost a hang.
+            stacks = count_thread_stacks()
+            if stacks <= 0 or _park(stacks, _THREAD_NAME, self._parked) is None:
                 return 0
-            self.reserved += free
-            return free
+            self.reserved = stacks
+            return stacks
 
 
 def _park(n: int, name: str, event: threading.Event | None = None) -> threading.Event | None:

@@ -115,7 +115,7 @@ def test_without_the_guard_the_reproduction_hangs() -> None:
 
 
 THREAD_IDS_AFTER_FORK = """
-import os, sys, threading
+import ctypes, os, sys, threading, time
 from elastic_otel.bridge.fork_safety import GUARD
 if sys.argv[1] == "on":
     GUARD.watch()
@@ -125,6 +125,15 @@ parents = [threading.Thread(target=stop.wait, daemon=True) for _ in range(6)]
 for t in parents:
     t.start()
 inherited = {t.ident for t in parents}
+# Joinable native threads that exited and were never joined (as a store's daemon whose loop was
+# stopped): their stacks and ids stay in use, though /proc/self/task no longer lists them.
+libc = ctypes.CDLL(None)
+usleep = ctypes.c_void_p(ctypes.cast(libc.usleep, ctypes.c_void_p).value)
+for _ in range(3):
+    exited = ctypes.c_ulong()
+    assert libc.pthread_create(ctypes.byref(exited), None, usleep, ctypes.c_void_p(1)) == 0
+    inherited.add(exited.value)
+time.sleep(0.2)
 pid = os.fork()
 if pid == 0:
     started = [threading.Thread(target=stop.wait, daemon=True) for _ in range(6)]
@@ -138,8 +147,9 @@ os.waitpid(pid, 0)
 
 @pytest.mark.parametrize(("guard", "expect_reused"), [("on", False), ("off", True)])
 def test_threads_started_after_fork_get_new_ids(guard: str, expect_reused: bool) -> None:
-    """The mechanism without torch: a child's new threads take the ids of the parent's threads
-    (glibc's stack cache) unless the guard parked threads on those stacks first."""
+    """The mechanism without torch: a child's new threads take the ids of the parent's threads,
+    exited unjoined ones included (glibc's stack cache), unless the guard parked threads on
+    those stacks first."""
     done = subprocess.run(
         [sys.executable, "-c", THREAD_IDS_AFTER_FORK, guard],
         capture_output=True,
