@@ -19,6 +19,7 @@ activated: ``ELASTIC_OTEL_ENABLED`` unset); and a two-agent torchrun job
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 import shutil
@@ -47,11 +48,28 @@ def _base_python() -> str:
     return getattr(sys, "_base_executable", None) or sys.executable
 
 
+def _made_for(path: Path, key: str) -> bool:
+    """Whether the cached venv at ``path`` was made for ``key`` (what it was built from)."""
+    marker = path / ".bench-ok"
+    return marker.exists() and marker.read_text() == key
+
+
+def _source_key(with_tree: bool) -> str:
+    """What a cached venv depends on: the venv its symlinks point into and, for the wheel's,
+    this tree's package (a venv made from a removed checkout, or from older code, is remade)."""
+    key = hashlib.sha256(sys.prefix.encode())
+    if with_tree:
+        for file in sorted((common.ROOT / "elastic_otel").rglob("*.py")):
+            key.update(file.read_bytes())
+    return key.hexdigest()
+
+
 def make_without_venv(path: Path) -> Path:
     """A venv sharing every installed distribution of ours except elastic-otel (symlinks)."""
     src = _site_packages(Path(sys.prefix))
     marker = path / ".bench-ok"
-    if marker.exists():
+    key = _source_key(with_tree=False)
+    if _made_for(path, key):
         return path
     shutil.rmtree(path, ignore_errors=True)
     subprocess.run([_base_python(), "-m", "venv", "--without-pip", str(path)], check=True)
@@ -60,14 +78,15 @@ def make_without_venv(path: Path) -> Path:
         if entry.name.startswith(_OWN_ENTRIES) or entry.name == "__pycache__":
             continue
         (dst / entry.name).symlink_to(entry)
-    marker.write_text("ok\n")
+    marker.write_text(key)
     return path
 
 
 def make_wheel_venv(path: Path) -> Path | None:
     """``without`` plus a real non-editable install of this tree's wheel (None if it fails)."""
     marker = path / ".bench-ok"
-    if marker.exists():
+    key = _source_key(with_tree=True)
+    if _made_for(path, key):
         return path
     shutil.rmtree(path, ignore_errors=True)
     try:
@@ -97,7 +116,7 @@ def make_wheel_venv(path: Path) -> Path | None:
     except (subprocess.CalledProcessError, StopIteration, OSError):
         shutil.rmtree(path, ignore_errors=True)
         return None
-    marker.write_text("ok\n")
+    marker.write_text(key)
     return path
 
 
