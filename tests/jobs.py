@@ -1,4 +1,4 @@
-"""Run real torchrun agents on localhost for end-to-end tests."""
+"""Run real torchrun agents on localhost for end-to-end tests, and point bridges at a receiver."""
 
 from __future__ import annotations
 
@@ -23,11 +23,13 @@ FAST_EXPORT = {"OTEL_BLRP_SCHEDULE_DELAY": "50", "OTEL_BSP_SCHEDULE_DELAY": "50"
 
 
 def use_receiver(monkeypatch: pytest.MonkeyPatch, receiver: OtlpReceiver, **extra: str) -> None:
+    """This process's bridges export to ``receiver``, batches every 50 ms."""
     for key, value in {**receiver.exporter_env(), **FAST_EXPORT, **extra}.items():
         monkeypatch.setenv(key, value)
 
 
 def seqs(receiver: OtlpReceiver) -> Counter:
+    """How often each ``seq`` metadata value arrived as a log record."""
     return Counter(
         r["attributes"]["torchelastic.seq"]
         for r in receiver.logs()
