@@ -24,7 +24,18 @@ FAST_EXPORT = {"OTEL_BLRP_SCHEDULE_DELAY": "50", "OTEL_BSP_SCHEDULE_DELAY": "50"
 
 def use_receiver(monkeypatch: pytest.MonkeyPatch, receiver: OtlpReceiver, **extra: str) -> None:
     """This process's bridges export to ``receiver``, batches every 50 ms."""
-    for key, value in {**receiver.exporter_env(), **FAST_EXPORT, **extra}.items():
+    _use_export_env(monkeypatch, {**receiver.exporter_env(), **extra})
+
+
+def use_dead_collector(monkeypatch: pytest.MonkeyPatch, **extra: str) -> None:
+    """This process's bridges export to a port nothing listens on, batches every 50 ms."""
+    _use_export_env(
+        monkeypatch, {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}", **extra}
+    )
+
+
+def _use_export_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    for key, value in {**FAST_EXPORT, **env}.items():
         monkeypatch.setenv(key, value)
 
 

@@ -90,7 +90,6 @@ class ForkGuard:
         self.bridge_running = False  # set by the bridge once it has started its threads
         self._decoys: threading.Event | None = None
         self.forked = False  # a forked child whose inherited stacks are not reserved yet
-        self.reserved = 0  # threads parked on them
         self._parked = threading.Event()
 
     def watch(self) -> None:
@@ -125,7 +124,6 @@ class ForkGuard:
         self._parked = threading.Event()
         self._decoys = None
         self.forked = True
-        self.reserved = 0
         running, self.bridge_running = self.bridge_running, False
         if running:
             # The SDK's own fork hooks are about to restart the parent's export threads here.
@@ -143,7 +141,6 @@ class ForkGuard:
             stacks = count_thread_stacks()
             if stacks <= 0 or _park(stacks, _THREAD_NAME, self._parked) is None:
                 return 0
-            self.reserved = stacks
             return stacks
 
 

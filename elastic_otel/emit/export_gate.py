@@ -43,8 +43,7 @@ class ExportGate:
     def exporting(self) -> Iterator[None]:
         """Hold the gate open around one RPC."""
         with self._cond:
-            while self._forking:
-                self._cond.wait(FORK_WAIT_S)
+            self._cond.wait_for(lambda: not self._forking)
             self._busy += 1
         try:
             yield
@@ -99,6 +98,6 @@ def gate_grpc_calls(exporter: E) -> E:
 
     exporter._stub = gated_stub  # type: ignore[attr-defined]
     client = getattr(exporter, "_client", None)
-    if client is not None and not isinstance(client, _GatedStub):
+    if client is not None:
         exporter._client = _GatedStub(client)  # type: ignore[attr-defined]
     return exporter

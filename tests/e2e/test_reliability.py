@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from jobs import FAST_EXPORT, job_env, seqs, start_agent, use_receiver
+from jobs import job_env, seqs, start_agent, use_dead_collector, use_receiver
 from otlp_receiver import OtlpReceiver, free_port
 from torch.distributed.elastic.events import Event, EventSource, NodeState, RdzvEvent
 
@@ -60,11 +60,11 @@ def test_events_during_an_outage_arrive_after_the_collector_returns(
 def test_outage_beyond_the_bound_is_counted_and_reported_once(
     monkeypatch, caplog, make_logger
 ) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")
-    monkeypatch.setenv("ELASTIC_OTEL_RETRY_QUEUE_SIZE", "40")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # the exporter's own retries give up
-    for key, value in FAST_EXPORT.items():
-        monkeypatch.setenv(key, value)
+    use_dead_collector(
+        monkeypatch,
+        ELASTIC_OTEL_RETRY_QUEUE_SIZE="40",
+        OTEL_EXPORTER_OTLP_TIMEOUT="1",  # the exporter's own retries give up
+    )
     logger, handler = make_logger()
     deadline = time.monotonic() + 30
     i = 0
@@ -86,10 +86,7 @@ def test_outage_beyond_the_bound_is_counted_and_reported_once(
 
 def test_flush_is_false_while_records_wait_for_the_collector(monkeypatch, make_logger) -> None:
     """``flush`` answers whether everything got out, not whether its calls returned."""
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # each attempt fails within the flush
-    for key, value in FAST_EXPORT.items():
-        monkeypatch.setenv(key, value)
+    use_dead_collector(monkeypatch, OTEL_EXPORTER_OTLP_TIMEOUT="1")  # fails within the flush
     logger, handler = make_logger()
     for i in range(10):
         logger.info(agent_event(i))
@@ -115,10 +112,7 @@ def test_exit_with_collector_down_counts_every_record_as_lost_at_exit(
 ) -> None:
     """Records still queued or in flight when the exit closes the exporter are lost because
     the collector is down, not because the exporter rejected them: counted once, as such."""
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")
-    monkeypatch.setenv("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", "64")  # several batches in the SDK
-    for key, value in FAST_EXPORT.items():
-        monkeypatch.setenv(key, value)
+    use_dead_collector(monkeypatch, OTEL_BLRP_MAX_EXPORT_BATCH_SIZE="64")  # several SDK batches
     logger, handler = make_logger()
     for i in range(2000):
         logger.info(agent_event(i, run_id="down"))
