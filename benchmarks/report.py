@@ -790,9 +790,9 @@ def _fork(fk: dict[str, Any]) -> list[str]:
         "A process with the bridge running (torch, three c10d stores, OTLP/gRPC to an "
         f"unreachable collector: {fk['threads_in_parent']['guard on']} threads) forks "
         f"{fk['forks']} children that exit at once, timed from `os.fork()` to `waitpid`, with "
-        "`ELASTIC_OTEL_FORK_GUARD` on and off, interleaved (`benchmarks/fork.py`). On: the "
-        "parent starts a decoy per thread before each fork and the child parks a thread on "
-        "each stack the parent left behind (`elastic_otel/bridge/fork_safety.py`).",
+        "`ELASTIC_OTEL_FORK_GUARD` on and off, interleaved (`benchmarks/fork.py`). On: before "
+        "each fork the parent reads its memory map and raises the default thread stack size "
+        "above every stack in it, and restores it after (`elastic_otel/bridge/fork_safety.py`).",
         "",
     ]
     lines += _table(

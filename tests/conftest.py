@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +21,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from otlp_receiver import OtlpReceiver
+from otlp_receiver import OtlpReceiver, free_port
 
 if TYPE_CHECKING:
     from elastic_otel.bridge.handler import OtelHandler
@@ -129,3 +135,60 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))
+
+
+def _etcd_version(binary: str) -> tuple[int, int]:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"etcd Version: (\d+)\.(\d+)", out)
+    assert m, out
+    return int(m[1]), int(m[2])
+
+
+@pytest.fixture(scope="module")
+def etcd_endpoint() -> Iterator[str]:
+    """A real etcd server on free loopback ports, v2 API on (torch's etcd backends use it)."""
+    binary = shutil.which("etcd")
+    if binary is None:
+        pytest.skip("etcd binary not found: run .ci/install-etcd.sh (Debian's etcd-server)")
+    version = _etcd_version(binary)
+    if version >= (3, 6):
+        pytest.skip(f"etcd {version} has no v2 API, which torch's etcd backends need")
+    client, peer = free_port(), free_port()
+    data = tempfile.mkdtemp(prefix="etcd-")
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--name=test",
+            f"--data-dir={data}",
+            f"--listen-client-urls=http://127.0.0.1:{client}",
+            f"--advertise-client-urls=http://127.0.0.1:{client}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=test=http://127.0.0.1:{peer}",
+            "--enable-v2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{client}/health", timeout=1) as r:
+                    if b"true" in r.read():
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"etcd did not start: {proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+            time.sleep(0.1)
+        yield f"127.0.0.1:{client}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(data, ignore_errors=True)

@@ -3,12 +3,15 @@
 
 Each round the parent drops a few ``TCPStore`` servers in reference cycles (garbage it has not
 collected yet, as a test process has after earlier tests), then forks agents that rendezvous
-through a store the parent hosts. Each child collects the inherited garbage when it starts its
-workers: on the main thread (``--collect main``), wherever the next collection happens to run,
-often a bridge thread (``--collect anywhere``), or each in turn, round by round
-(``alternate``). torch then joins a daemon thread that does not exist in the child. Prints
-one JSON line per round: each agent's exit code, ``null`` for an agent still alive after
-``--timeout`` seconds (a hang; it is then killed).
+through a store the parent hosts (``--backend c10d``) or an etcd server (``--backend etcd
+--etcd HOST:PORT``; ``--heterogeneous``: torch's heterogeneous rank assignment, roles of
+different sizes). Each child collects the inherited garbage: when it starts its workers, on
+the main thread (``--collect main``) or wherever the next collection happens to run, often a
+bridge thread (``anywhere``); each in turn, round by round (``alternate``); or at once after
+the fork, while the bridge's threads start there (``fork``). torch then joins a daemon
+thread by an id the child may have handed to a thread of its own. Prints one JSON line per
+round: each agent's exit code, ``null`` for an agent still alive after ``--timeout`` seconds
+(a hang; it is then killed), and whether the ranks the agents reported are consistent.
 
 ``--bridge`` registers elastic-otel in the parent first (its exporters read ``OTEL_*``).
 """
@@ -39,12 +42,39 @@ def drop_stores(n: int) -> None:
         cycle.append(cycle)  # only the garbage collector frees it
 
 
-def happy() -> None:
-    return None
+HETEROGENEOUS = [("master", 2), ("trainer", 1), ("trainer", 2), ("ps", 1)]
+"""Roles and local world sizes of ``--heterogeneous`` (torch's test has 7 agents, 26 workers)."""
+
+
+def role_info() -> dict[str, int]:
+    """What torch's heterogeneous test checks: the ranks the agent gave this worker."""
+    names = ("RANK", "ROLE_RANK", "GROUP_RANK", "ROLE_WORLD_SIZE", "WORLD_SIZE")
+    return {name: int(os.environ[name]) for name in names}
+
+
+def consistent(results: list[tuple[str, dict[int, dict[str, int]]]], roles: list) -> bool:
+    """Every global and role rank given once, role world sizes as configured."""
+    expected = {}
+    for role, size in roles:
+        expected[role] = expected.get(role, 0) + size
+    infos = [(role, info) for role, values in results for info in values.values()]
+    world = sum(expected.values())
+    by_role = {role: sorted(i["ROLE_RANK"] for r, i in infos if r == role) for role in expected}
+    return (
+        len(results) == len(roles)
+        and sorted(i["RANK"] for _, i in infos) == list(range(world))
+        and all(by_role[role] == list(range(n)) for role, n in expected.items())
+        and all(i["ROLE_WORLD_SIZE"] == expected[r] and i["WORLD_SIZE"] == world for r, i in infos)
+    )
 
 
 def run_agent(
-    endpoint: str, run_id: str, nodes: int, collect: str, dump_after: float | None
+    rdzv: dict[str, object],
+    role: str,
+    local_world_size: int,
+    collect: str,
+    dump_after: float | None,
+    results: mp.Queue,
 ) -> None:
     if dump_after is not None:
         # A hung agent's Python stacks, every thread's, from a C watchdog that needs no GIL,
@@ -62,24 +92,18 @@ def run_agent(
         gc.enable()  # disabled since the parent dropped its stores
         if collect == "main":
             gc.collect()
-        else:
+        elif collect == "anywhere":
             time.sleep(1.0)  # the next collection runs on whichever thread allocates
         return start_workers(self, worker_group)
 
+    if collect == "fork":
+        gc.set_threshold(700, 10, 10)  # the fork hook's threshold of 1 has done its work
     LocalElasticAgent._start_workers = start_workers_after_collecting  # type: ignore[method-assign]
-    params = RendezvousParameters(
-        backend="c10d",
-        endpoint=endpoint,
-        run_id=run_id,
-        min_nodes=nodes,
-        max_nodes=nodes,
-        is_host=False,
-    )
     spec = WorkerSpec(
-        role="trainer",
-        local_world_size=1,
-        entrypoint=happy,
-        rdzv_handler=registry.get_rendezvous_handler(params),
+        role=role,
+        local_world_size=local_world_size,
+        entrypoint=role_info,
+        rdzv_handler=registry.get_rendezvous_handler(RendezvousParameters(**rdzv)),
         max_restarts=0,
         monitor_interval=0.05,
     )
@@ -90,6 +114,8 @@ def run_agent(
         logs_specs=DefaultLogsSpecs(log_dir=tempfile.mkdtemp(prefix="fork_agents_")),
     )
     result = agent.run()
+    spec.rdzv_handler.shutdown()
+    results.put((role, result.return_values))
     sys.exit(1 if result.is_failed() else 0)
 
 
@@ -99,33 +125,58 @@ def _collect(mode: str, index: int) -> str:
     return mode
 
 
-def one_round(index: int, args: argparse.Namespace) -> list[int | None]:
+def collect_at_fork() -> None:
+    """In a forked child, collect at the next allocation: where the bridge's fork hooks, run
+    before this one, are starting its threads (the SDK's processors, the metric reader)."""
+    gc.enable()
+    gc.set_threshold(1)
+
+
+def one_round(index: int, args: argparse.Namespace) -> dict[str, object]:
     from torch.distributed import TCPStore
 
-    host = TCPStore("127.0.0.1", 0, args.agents + 1, True, use_libuv=True, wait_for_workers=False)
-    port = host.port
+    roles = HETEROGENEOUS if args.heterogeneous else [("trainer", 1)] * args.agents
+    run_id = f"fork-{os.getpid()}-{index}"
+    host = None
+    if args.backend == "c10d":
+        host = TCPStore(
+            "127.0.0.1", 0, len(roles) + 1, True, use_libuv=True, wait_for_workers=False
+        )
+        rdzv: dict[str, object] = {"backend": "c10d", "endpoint": f"127.0.0.1:{host.port}"}
+    else:
+        rdzv = {"backend": "etcd", "endpoint": args.etcd, "last_call_timeout": 1}
+    rdzv.update(run_id=run_id, min_nodes=len(roles), max_nodes=len(roles), is_host=False)
+    fork = mp.get_context("fork")
+    results = fork.Queue()
     gc.disable()
     try:
         drop_stores(args.stores)
-        fork = mp.get_context("fork")
         agents = [
             fork.Process(
                 target=run_agent,
                 args=(
-                    f"127.0.0.1:{port}",
-                    f"fork-{os.getpid()}-{index}",
-                    args.agents,
+                    rdzv,
+                    role,
+                    size,
                     _collect(args.collect, index),
                     max(1.0, args.timeout - 3.0) if args.dump_hung else None,
+                    results,
                 ),
             )
-            for _ in range(args.agents)
+            for role, size in roles
         ]
         for agent in agents:
             agent.start()
     finally:
         gc.enable()
     deadline = time.monotonic() + args.timeout
+    reported = []
+    while len(reported) < len(agents) and time.monotonic() < deadline:
+        try:
+            reported.append(results.get(timeout=0.2))
+        except Exception:  # queue.Empty
+            if all(agent.exitcode is not None for agent in agents):
+                break
     for agent in agents:
         agent.join(max(0.0, deadline - time.monotonic()))
     codes = [agent.exitcode for agent in agents]
@@ -139,7 +190,7 @@ def one_round(index: int, args: argparse.Namespace) -> list[int | None]:
             agent.kill()
             agent.join(10)
     del host
-    return codes
+    return {"exit_codes": codes, "ranks_consistent": consistent(reported, roles)}
 
 
 def dump_native_stacks(pid: int | None, who: str) -> None:
@@ -171,7 +222,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--agents", type=int, default=3)
     parser.add_argument("--stores", type=int, default=1)
-    parser.add_argument("--collect", choices=("main", "anywhere", "alternate"), default="main")
+    parser.add_argument("--backend", choices=("c10d", "etcd"), default="c10d")
+    parser.add_argument("--etcd", help="HOST:PORT of an etcd server with the v2 API")
+    parser.add_argument("--heterogeneous", action="store_true", help="roles of different sizes")
+    parser.add_argument(
+        "--collect", choices=("main", "anywhere", "alternate", "fork"), default="main"
+    )
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--until-hang", action="store_true", help="stop after a round that hung")
     parser.add_argument("--dump-hung", action="store_true", help="gdb backtraces of hung agents")
@@ -185,10 +241,12 @@ def main() -> None:
         for i in range(50):  # the pipeline is busy exporting when the agents fork
             events.record(events.Event(f"fork_agents.{i}", events.EventSource.AGENT), "otel")
         time.sleep(0.5)
+    if args.collect == "fork":
+        os.register_at_fork(after_in_child=collect_at_fork)  # after the bridge's own hooks
     for index in range(args.rounds):
-        codes = one_round(index, args)
-        print(json.dumps({"round": index, "exit_codes": codes}), flush=True)
-        if args.until_hang and None in codes:
+        outcome = one_round(index, args)
+        print(json.dumps({"round": index, **outcome}), flush=True)
+        if args.until_hang and None in outcome["exit_codes"]:
             break
     os._exit(0)  # the parent's own stores and exporters are not what is tested
 

@@ -1,101 +1,155 @@
-"""Fork safety: threads the bridge brings into a forked child never take a thread id that an
-object inherited from the parent still holds.
+"""Fork safety: a forked child's new threads never take a thread id that an inherited torch
+store still holds, so the store joins its own, finished thread as it would without the bridge.
 
-After ``fork()`` only the forking thread exists in the child, but glibc keeps the stacks of the
-parent's other threads in its stack cache and hands them to the next threads the child starts.
-A thread's ``pthread_t`` is the address of its descriptor on that stack, so a new thread in the
-child gets the id of a parent thread that does not exist here. torch's ``TCPStore`` joins its
-libuv daemon thread by id when it is destroyed; a store the child inherited (often garbage the
-parent had not collected yet) joins, on destruction, whatever thread now has that id. Without
-the bridge that id names nothing (``EINVAL``, torch aborts at once) or a detached Python thread
-(the same). With the bridge it could name one of gRPC's joinable threads (its timer thread, its
-event-engine pool), started in the child to export telemetry: ``join`` then waits forever with
-the GIL held, no Python signal handler runs again, and a fast crash becomes a silent hang
-(seen in torch's own agent tests with the collector unreachable: ``TCPStore::~TCPStore`` →
-``~LibUVStoreDaemon`` → ``std::thread::join`` on ``grpc_global_timer``).
-
-So in a forked child, before the bridge starts any thread there (at fork when the parent's
-bridge was running, else when the child's bridge starts), the bridge parks one idle daemon
-thread on each stack the parent's threads left behind. Every thread started later, the
-bridge's, gRPC's, torch's, gets a fresh stack and an id no inherited object holds; an
-inherited store's ``join`` meets a parked, detached thread and fails fast with ``EINVAL``, as
-it does without the bridge. Nothing changes when or where garbage is collected, so a job's
-outcome is its outcome without the bridge. The parked threads only wait on an event; their
-cost (one thread start each, no new stack memory) is in BENCHMARKS.md.
-
-How many stacks the parent left is counted in the child, from its memory map
-(:func:`count_thread_stacks`), not from the parent's threads: a joinable thread that exited
-and was never joined keeps its stack, and its id, in glibc's list of stacks in use, so the child
-inherits it, but it is no longer a task in ``/proc/self/task``. A store's libuv daemon is such a
-thread once the store's loop was stopped (a forked child that destroys its copy of a store
-stops the parent's loop too: they share the loop's wakeup descriptor) while the store is still
-garbage in the parent. Counting tasks missed those stacks; a thread the child started later
-took one, and a store's ``join`` waited on it (the rare hang the fork test saw under load).
+After ``fork()`` glibc marks the parent's thread stacks finished and caches them, and a thread's
+``pthread_t`` is the address of its descriptor on its stack. torch's ``TCPStore`` joins its
+libuv daemon by that id when destroyed. A store a forked child inherited (garbage the parent
+had not collected) so joins a finished, joinable descriptor: the join returns at once. It
+fails only when something has happened to that stack since: a thread started in the child took
+it (detached, as every Python thread: ``EINVAL``, torch aborts; joinable and never ending, as
+gRPC's: the join waits forever with the GIL held), or glibc unmapped it when its cache grew too
+large (``SIGSEGV``). So in a forked child, before the bridge's threads start there, the guard
+starts one native, joinable thread on each inherited stack that ends at once and is never
+joined: the stack stays in use, so neither new threads nor the cache take it, and a store's
+join finds a finished, joinable thread there, as it would have. gRPC restarts its threads
+inside ``fork()``, before any Python code runs in the child; for them the parent raises the
+default stack size above every stack it has, just for the fork. Design: ``docs/guarantees.md``.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import threading
+from collections.abc import Callable
 
 from elastic_otel.emit.export_gate import GATE as EXPORT_GATE
 
 _logger = logging.getLogger("elastic_otel")
 
-_THREAD_NAME = "elastic-otel-fork-stack"
-_DECOY_MARGIN = 4
-"""Decoys beyond the threads counted: a thread may start between the count and the fork."""
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_ATTR_BYTES = 256  # >= sizeof(pthread_attr_t) on every glibc platform (56 or 64)
 
 
-def count_threads() -> int:
-    """Threads of this process, native ones included (0 where the OS does not say)."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 0
-
-
-def count_thread_stacks() -> int:
-    """Thread stacks mapped in this process (0 where the OS does not say): each an anonymous
-    read-write mapping right above its guard page. Besides the stacks of running threads this
-    counts those of exited threads nobody joined and those in glibc's cache; a mapping of that
-    shape that is no stack only adds a parked thread."""
+def thread_stack_sizes() -> list[int]:
+    """Sizes in bytes of the thread stacks mapped in this process, guard page included (empty
+    where the OS does not say). A stack is an anonymous read-write mapping right above its
+    guard; besides running threads' this finds the stacks of exited threads nobody joined and
+    those in glibc's cache. A mapping of that shape that is no stack costs one idle mapping."""
     try:
         with open("/proc/self/maps", "rb") as maps:
             lines = maps.read().splitlines()
     except OSError:
-        return 0
-    stacks = 0
-    guard_end = b""
+        return []
+    sizes = []
+    guard: tuple[int, int] | None = None
     for line in lines:
         fields = line.split()
-        start, _, end = fields[0].partition(b"-")
+        start_hex, _, end_hex = fields[0].partition(b"-")
+        start, end = int(start_hex, 16), int(end_hex, 16)
         anonymous = len(fields) == 5
-        if anonymous and fields[1] == b"rw-p" and start == guard_end:
-            stacks += 1
-        guard_end = end if anonymous and fields[1] == b"---p" else b""
-    return stacks
+        if anonymous and fields[1] == b"rw-p" and guard is not None and guard[1] == start:
+            sizes.append(end - guard[0])
+        guard = (start, end) if anonymous and fields[1] == b"---p" else None
+    return sizes
+
+
+def stack_size_above(blocks: list[int], current: int) -> int:
+    """The smallest stack size, at least ``current``, for which glibc reuses none of ``blocks``.
+
+    glibc serves a request of ``size + guard`` from the smallest cached block at least that
+    large, unless that block is over four times larger."""
+    size = current
+    for block in sorted(blocks):
+        if size + _PAGE <= block <= 4 * (size + _PAGE):
+            size = block
+    return size
+
+
+class _Pthreads:
+    """The few glibc calls the guard needs, through ``ctypes``: the process's default thread
+    stack size (used by threads created without one: Python's, gRPC's, ``std::thread``) and
+    native threads that end at once."""
+
+    def __init__(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._get_default = libc.pthread_getattr_default_np
+        self._set_default = libc.pthread_setattr_default_np
+        self._init = libc.pthread_attr_init
+        self._get_size = libc.pthread_attr_getstacksize
+        self._set_size = libc.pthread_attr_setstacksize
+        self._set_size.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        self._destroy = libc.pthread_attr_destroy
+        self._create = libc.pthread_create
+        self._create.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        # A start routine that returns at once: pthread_self ignores the argument it is given.
+        self._noop = ctypes.cast(libc.pthread_self, ctypes.c_void_p)
+
+    def default_stack_size(self) -> int:
+        return self._with_default(lambda attr: self._read_size(attr))
+
+    def set_default_stack_size(self, size: int) -> bool:
+        def update(attr: ctypes.Array[ctypes.c_char]) -> int:
+            ok = self._set_size(attr, size) == 0 and self._set_default(attr) == 0
+            return 1 if ok else 0
+
+        return self._with_default(update) == 1
+
+    def start_finished_thread(self, stack_size: int) -> int:
+        """Start a joinable native thread with a stack of ``stack_size`` that ends at once
+        and is left unjoined; its id, 0 if it could not start."""
+        attr = ctypes.create_string_buffer(_ATTR_BYTES)
+        if self._init(attr) != 0:
+            return 0
+        try:
+            if self._set_size(attr, stack_size) != 0:
+                return 0
+            ident = ctypes.c_ulong()
+            ok = self._create(ctypes.byref(ident), attr, self._noop, None) == 0
+            return ident.value if ok else 0
+        finally:
+            self._destroy(attr)
+
+    def _read_size(self, attr: ctypes.Array[ctypes.c_char]) -> int:
+        size = ctypes.c_size_t()
+        return size.value if self._get_size(attr, ctypes.byref(size)) == 0 else 0
+
+    def _with_default(self, use: Callable[[ctypes.Array[ctypes.c_char]], int]) -> int:
+        attr = ctypes.create_string_buffer(_ATTR_BYTES)
+        if self._get_default(attr) != 0:
+            return 0
+        try:
+            return use(attr)
+        finally:
+            self._destroy(attr)
+
+
+def _pthreads() -> _Pthreads | None:
+    try:
+        return _Pthreads()
+    except (AttributeError, OSError):
+        return None  # not glibc: no stack cache of this kind to guard
 
 
 class ForkGuard:
-    """Keeps the stacks the parent's threads leave in a forked child away from new threads.
+    """Keeps the stacks the parent's threads leave in a forked child as fork left them.
 
-    One per process (:data:`GUARD`); :meth:`watch` hooks it into ``os.fork`` once.
+    One per process, held by :data:`GUARD`; :meth:`watch` hooks it into ``os.fork`` once.
     """
 
     def __init__(self) -> None:
         self._hooked = False
         self._lock = threading.Lock()
         self.bridge_running = False  # set by the bridge once it has started its threads
-        self._decoys: threading.Event | None = None
-        self.forked = False  # a forked child whose inherited stacks are not reserved yet
-        self._parked = threading.Event()
+        self.forked = False  # a forked child whose inherited stacks are not held yet
+        self._restore = 0  # the default stack size the parent raised for a fork, or 0
+        self._pthreads = _pthreads()
 
     def watch(self) -> None:
         """Guard every fork from now on (idempotent)."""
         with self._lock:
-            if self._hooked or not hasattr(os, "register_at_fork"):
+            if self._hooked or not hasattr(os, "register_at_fork") or self._pthreads is None:
                 return
             self._hooked = True
         os.register_at_fork(
@@ -108,54 +162,58 @@ class ForkGuard:
         EXPORT_GATE.before_fork()  # no export inside gRPC at the fork (emit/export_gate.py)
         if self.bridge_running:
             # gRPC restarts its threads inside fork(), before any Python code runs in the
-            # child, on the stacks of the parent's newest threads (glibc reuses them newest
-            # first). Decoys started now are the newest: gRPC's threads take their ids.
-            self._decoys = _park(count_threads() + _DECOY_MARGIN, "elastic-otel-fork-decoy")
+            # child: with a default stack size above every stack here, they take none of them.
+            self._restore = self._raise_default_stack_size()
 
     def _after_fork_in_parent(self) -> None:
         EXPORT_GATE.after_fork_in_parent()
-        decoys, self._decoys = self._decoys, None
-        if decoys is not None:
-            decoys.set()
+        self._restore_default_stack_size()
 
     def _after_fork_in_child(self) -> None:
         EXPORT_GATE.after_fork_in_child()
         self._lock = threading.Lock()  # another thread may have held it at fork
-        self._parked = threading.Event()
-        self._decoys = None
         self.forked = True
-        running, self.bridge_running = self.bridge_running, False
-        if running:
+        if self.bridge_running:
             # The SDK's own fork hooks are about to restart the parent's export threads here.
-            self.reserve_inherited_stacks()
+            self.hold_inherited_stacks()
+        self.bridge_running = False
+        self._restore_default_stack_size()
 
-    def reserve_inherited_stacks(self) -> int:
-        """In a forked child, once: park a thread on each stack the parent left behind.
-        Returns how many were parked; never raises."""
+    def hold_inherited_stacks(self) -> int:
+        """In a forked child, once, before the bridge's first thread there: put a finished,
+        unjoined thread on each stack the parent left. How many; never raises."""
         with self._lock:
-            if not self.forked:
+            if not self.forked or self._pthreads is None:
                 return 0
             self.forked = False
-            # Every thread stack mapped, not fewer for the threads the child already runs: a
-            # few idle threads too many cost nothing; one too few can cost a hang.
-            stacks = count_thread_stacks()
-            if stacks <= 0 or _park(stacks, _THREAD_NAME, self._parked) is None:
-                return 0
-            return stacks
+            held = 0
+            try:
+                for block in thread_stack_sizes():
+                    # The request (size + guard page) equals the block: glibc hands out the
+                    # cached block of exactly that size while one is left.
+                    held += self._pthreads.start_finished_thread(block - _PAGE) != 0
+            except Exception:
+                _logger.debug("elastic-otel: inherited thread stacks not held", exc_info=True)
+            return held
 
+    def _raise_default_stack_size(self) -> int:
+        """Raise the default stack size above every thread stack mapped; the size it had, or 0
+        if unchanged. Never raises."""
+        try:
+            assert self._pthreads is not None
+            current = self._pthreads.default_stack_size()
+            size = stack_size_above(thread_stack_sizes(), current)
+            if current > 0 and size != current and self._pthreads.set_default_stack_size(size):
+                return current
+        except Exception:
+            _logger.debug("elastic-otel: default stack size not raised", exc_info=True)
+        return 0
 
-def _park(n: int, name: str, event: threading.Event | None = None) -> threading.Event | None:
-    """Start ``n`` daemon threads that wait on ``event`` (a new one by default); ``None`` if
-    they could not all start (e.g. at interpreter shutdown). Never raises."""
-    event = threading.Event() if event is None else event
-    try:
-        for _ in range(n):
-            threading.Thread(target=event.wait, name=name, daemon=True).start()
-    except Exception:
-        _logger.debug("elastic-otel: fork guard threads not started", exc_info=True)
-        return None
-    return event
+    def _restore_default_stack_size(self) -> None:
+        restore, self._restore = self._restore, 0
+        if restore and self._pthreads is not None:
+            self._pthreads.set_default_stack_size(restore)
 
 
 GUARD = ForkGuard()
-"""This process's guard: glibc's stack cache, like the threads in it, is process-wide."""
+"""This process's guard: glibc's stack cache and default thread attributes are process-wide."""

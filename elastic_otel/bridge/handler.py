@@ -182,7 +182,7 @@ class OtelHandler(logging.Handler):
         with self._start_lock:
             if self._started:
                 return
-            FORK_GUARD.reserve_inherited_stacks()  # before this process's first bridge thread
+            FORK_GUARD.hold_inherited_stacks()  # before the first bridge thread here
             with bridge_section():
                 emitter = self._build_pipeline()
             settings = self.settings

@@ -1,10 +1,9 @@
-"""Forked agents that inherit dropped c10d stores end as they do without the bridge (issue 23).
+"""Forked agents that inherit dropped c10d stores end cleanly with the bridge (issues 23, 27).
 
 torch's ``TCPStore`` joins its daemon thread by id when destroyed; in a forked child that id
-may name a thread the child started since (see :mod:`elastic_otel.bridge.fork_safety`). Without the
-bridge such a child aborts at once; with the bridge exporting over gRPC it used to hang with
-the GIL held, collector up or not. ``tests/fork_agents.py`` is the reproduction: the shape of
-torch's ``local_elastic_agent_test`` (``multiprocessing`` fork, ``LocalElasticAgent``).
+names a finished thread of the parent, unless a thread the child started took its stack (see
+:mod:`elastic_otel.bridge.fork_safety`). ``tests/fork_agents.py`` is the reproduction: the
+shape of torch's ``local_elastic_agent_test`` (``multiprocessing`` fork, ``LocalElasticAgent``).
 """
 
 from __future__ import annotations
@@ -26,7 +25,8 @@ DEAD_COLLECTOR = "http://127.0.0.1:9"  # discard port: nothing listens
 
 
 class Rounds(NamedTuple):
-    codes: list[list[int | None]]  # each round's agent exit codes (None: alive at its timeout)
+    rounds: list[dict]  # each round's agent exit codes (None: alive at its timeout), ranks
+
     hung_stacks: str  # hung agents' native stacks (``--dump-hung``, where gdb is installed)
 
 
@@ -45,7 +45,9 @@ def run_rounds(*args: str, endpoint: str | None = None, **env: str) -> Rounds:
         timeout=600,
     )
     rounds = [
-        json.loads(line)["exit_codes"] for line in done.stdout.splitlines() if line[:1] == "{"
+        {k: v for k, v in json.loads(line).items() if k != "round"}
+        for line in done.stdout.splitlines()
+        if line[:1] == "{"
     ]
     assert rounds, f"no round ran:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     # A hung agent's Python stacks (faulthandler: "Timeout (...)!"), then the native ones.
@@ -60,23 +62,41 @@ def outcome(code: int | None) -> str:
     return "crash" if code < 0 else f"exit {code}"
 
 
-@pytest.fixture(scope="module")
-def without_bridge() -> set[str]:
-    """What the same agents do when no bridge runs: torch aborts them (``EINVAL`` in join)."""
-    rounds = run_rounds("--rounds", "2", "--timeout", "60").codes
-    outcomes = {outcome(code) for codes in rounds for code in codes}
-    assert "hang" not in outcomes
-    return outcomes
+def test_etcd_heterogeneous_agents_collecting_at_fork(etcd_endpoint: str) -> None:
+    """Issue 27: torch's heterogeneous rank assignment over etcd, agents forked from a process
+    whose bridge exports to an unreachable collector, the inherited garbage collected while
+    the bridge's threads start in each agent. It aborted every agent (a store's join met a
+    thread the guard had parked) and left the test waiting; now each round ends as it does
+    without the bridge: every agent exits 0 with consistent ranks."""
+    shape = ("--backend", "etcd", "--etcd", etcd_endpoint, "--heterogeneous", "--collect", "fork")
+    without = run_rounds(*shape, "--rounds", "1", "--timeout", "90")
+    assert without.rounds == [{"exit_codes": [0, 0, 0, 0], "ranks_consistent": True}]
+    bridged = run_rounds(
+        "--bridge",
+        *shape,
+        "--rounds",
+        "2",
+        "--timeout",
+        "60",
+        "--dump-hung",
+        endpoint=DEAD_COLLECTOR,
+    )
+    assert bridged.rounds == without.rounds * 2, bridged.hung_stacks
 
 
 @pytest.mark.parametrize("collector", ["unreachable", "up"])
-def test_forked_agents_end_as_without_the_bridge(collector: str, without_bridge: set[str]) -> None:
-    """Ten rounds in a row; the inherited garbage is collected on the main thread in even
-    rounds, wherever the next collection runs (often a bridge thread) in odd ones."""
+def test_forked_c10d_agents_never_crash_or_hang(collector: str) -> None:
+    """Ten rounds in a row of c10d agents; the inherited garbage is collected on the main
+    thread in even rounds, wherever the next collection runs (often a bridge thread) in odd
+    ones. Without the bridge these agents abort: torch's own rendezvous keep-alive thread
+    takes a stack a dropped store's daemon left. With it, the guard holds those stacks before
+    any thread starts, so no thread, torch's included, takes them: every agent exits 0."""
+    without = run_rounds("--rounds", "1", "--timeout", "60")
+    assert {outcome(code) for code in without.rounds[0]["exit_codes"]} == {"crash"}
     receiver = OtlpReceiver("grpc").start() if collector == "up" else None
     try:
         endpoint = receiver.endpoint if receiver is not None else DEAD_COLLECTOR
-        rounds = run_rounds(
+        bridged = run_rounds(
             "--bridge",
             "--rounds",
             "10",
@@ -90,11 +110,9 @@ def test_forked_agents_end_as_without_the_bridge(collector: str, without_bridge:
     finally:
         if receiver is not None:
             receiver.close()
-    assert len(rounds.codes) == 10
-    for index, codes in enumerate(rounds.codes):
-        assert {outcome(code) for code in codes} == without_bridge, (
-            f"round {index}: {codes}\n{rounds.hung_stacks}"
-        )
+    assert len(bridged.rounds) == 10
+    for index, result in enumerate(bridged.rounds):
+        assert result["exit_codes"] == [0, 0, 0], f"round {index}: {result}\n{bridged.hung_stacks}"
     if receiver is not None:
         assert receiver.logs, "the parent's bridge exported nothing"
 
@@ -111,50 +129,70 @@ def test_without_the_guard_the_reproduction_hangs() -> None:
         endpoint=DEAD_COLLECTOR,
         ELASTIC_OTEL_FORK_GUARD="false",
     )
-    assert any(None in codes for codes in rounds.codes), rounds.codes
+    assert any(None in r["exit_codes"] for r in rounds.rounds), rounds.rounds
 
 
 THREAD_IDS_AFTER_FORK = """
-import ctypes, os, sys, threading, time
+import ctypes, json, os, sys, threading, time
 from elastic_otel.bridge.fork_safety import GUARD
 if sys.argv[1] == "on":
     GUARD.watch()
     GUARD.bridge_running = True
 stop = threading.Event()
-parents = [threading.Thread(target=stop.wait, daemon=True) for _ in range(6)]
+parents = [threading.Thread(target=stop.wait, daemon=True) for _ in range(12)]
 for t in parents:
     t.start()
 inherited = {t.ident for t in parents}
-# Joinable native threads that exited and were never joined (as a store's daemon whose loop was
-# stopped): their stacks and ids stay in use, though /proc/self/task no longer lists them.
+# Joinable native threads, as a store's libuv daemon: three that never end, three that exited
+# and were never joined (a daemon whose loop was stopped: its stack and id stay in use, though
+# /proc/self/task no longer lists it).
 libc = ctypes.CDLL(None)
 usleep = ctypes.c_void_p(ctypes.cast(libc.usleep, ctypes.c_void_p).value)
-for _ in range(3):
-    exited = ctypes.c_ulong()
-    assert libc.pthread_create(ctypes.byref(exited), None, usleep, ctypes.c_void_p(1)) == 0
-    inherited.add(exited.value)
+pause = ctypes.c_void_p(ctypes.cast(libc.pause, ctypes.c_void_p).value)
+joinable = []
+for routine in (pause, pause, pause, usleep, usleep, usleep):
+    ident = ctypes.c_ulong()
+    assert libc.pthread_create(ctypes.byref(ident), None, routine, ctypes.c_void_p(1)) == 0
+    joinable.append(ident.value)
+inherited.update(joinable)
 time.sleep(0.2)
 pid = os.fork()
 if pid == 0:
     started = [threading.Thread(target=stop.wait, daemon=True) for _ in range(6)]
     for t in started:
         t.start()
-    print(len(inherited & {t.ident for t in started}), flush=True)
+    reused = len(inherited & {t.ident for t in started})
+    for _ in range(12):  # threads that end: their stacks overflow glibc's cache, which shrinks
+        t = threading.Thread(target=time.sleep, args=(0.001,))
+        t.start()
+        t.join()
+    # What an inherited store does when destroyed: join its daemon by id.
+    joins = [libc.pthread_join(ctypes.c_ulong(i), None) for i in joinable]
+    print(json.dumps({"reused": reused, "joins": joins}), flush=True)
     os._exit(0)
-os.waitpid(pid, 0)
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"child_status": status}))
 """
 
 
-@pytest.mark.parametrize(("guard", "expect_reused"), [("on", False), ("off", True)])
-def test_threads_started_after_fork_get_new_ids(guard: str, expect_reused: bool) -> None:
-    """The mechanism without torch: a child's new threads take the ids of the parent's threads,
-    exited unjoined ones included (glibc's stack cache), unless the guard parked threads on
-    those stacks first."""
-    done = subprocess.run(
-        [sys.executable, "-c", THREAD_IDS_AFTER_FORK, guard],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    assert (int(done.stdout) > 0) is expect_reused, done.stdout
+def test_inherited_threads_stay_as_fork_left_them() -> None:
+    """The mechanism without torch. Without the guard a forked child's new threads take the
+    stacks, and so the ids, of the parent's threads (exited unjoined ones included), and an
+    inherited joinable thread's join then fails (a detached thread took it: EINVAL) or
+    crashes (glibc unmapped its stack when its cache overflowed). With the guard no new
+    thread takes one and every such join returns at once, as when nothing took the stack."""
+    outcomes = {}
+    for guard in ("on", "off"):
+        done = subprocess.run(
+            [sys.executable, "-c", THREAD_IDS_AFTER_FORK, guard],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        lines = [json.loads(line) for line in done.stdout.splitlines()]
+        outcomes[guard] = {k: v for line in lines for k, v in line.items()}
+    assert outcomes["on"] == {"reused": 0, "joins": [0] * 6, "child_status": 0}
+    off = outcomes["off"]
+    assert off.get("reused", 1) > 0, off
+    assert off["child_status"] != 0 or any(off["joins"]), off
