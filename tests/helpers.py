@@ -15,10 +15,11 @@ CONFIGURATION_DOC = Path(__file__).resolve().parent.parent / "docs" / "configura
 
 
 def documented_defaults() -> dict[str, str]:
-    """``ELASTIC_OTEL_*`` variable → its default column in docs/configuration.md."""
+    """``ELASTIC_OTEL_*`` (and ``OTEL_SEMCONV_*``) variable → its default column in
+    docs/configuration.md."""
     rows = {}
     for line in CONFIGURATION_DOC.read_text().splitlines():
-        match = re.match(r"^\| `(ELASTIC_OTEL_[A-Z_]+)` \|([^|]*)\|", line)
+        match = re.match(r"^\| `((?:ELASTIC_OTEL|OTEL_SEMCONV)_[A-Z_]+)` \|([^|]*)\|", line)
         if match:
             rows[match.group(1)] = match.group(2).strip()
     return rows

@@ -311,8 +311,7 @@ def decode_logs(request: logs_service_pb2.ExportLogsServiceRequest) -> list[Item
                         "trace_id": record.trace_id.hex(),
                         "span_id": record.span_id.hex(),
                         "flags": record.flags,
-                        # event_name only exists in newer opentelemetry-proto releases.
-                        "event_name": getattr(record, "event_name", ""),
+                        "event_name": record.event_name,
                         "resource": resource,
                         "scope": scope_logs.scope.name,
                         "scope_version": scope_logs.scope.version,

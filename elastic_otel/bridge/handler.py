@@ -223,7 +223,11 @@ class OtelHandler(logging.Handler):
 
             p = self._pipeline
             return Emitter(
-                p.logger, p.span_processor if self._traces else None, p.resource, __version__
+                p.logger,
+                p.span_processor if self._traces else None,
+                p.resource,
+                __version__,
+                exception_signal=self.settings.exception_signal,
             )
         except Exception as e:
             _logger.warning("elastic-otel: telemetry disabled, set-up failed: %s", e)

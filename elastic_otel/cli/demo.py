@@ -35,6 +35,7 @@ from typing import IO, Any
 from elastic_otel.cli.otlp_json_reader import OtlpJsonError, decode_line, read_otlp_json
 from elastic_otel.cli.timeline.build import build_timeline, render_text, use_color
 from elastic_otel.cli.timeline.goodput import goodput_headlines
+from elastic_otel.cli.timeline.summary import source_event_name
 from elastic_otel.model.logs import rendezvous_event_name
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
@@ -336,7 +337,7 @@ class ProgressFollower:
     def _log_message(self, record: dict[str, Any]) -> list[str]:
         attrs = record["attributes"]
         who = self._agent(record)
-        name = record["event_name"]
+        name = source_event_name(record)
         if name == rendezvous_event_name(RdzvAction.JOINED):
             rnd = attrs.get(A.ROUND)
             return [

@@ -458,8 +458,11 @@ def source_resource(base: Resource, source: Source) -> Resource:
 
 
 def default_emitter_factory(logger: Any, span_processor: Any, resource: Resource) -> Callable:
+    signal = env.env_exception_signal()  # exceptions go where the live bridge would put them
+
     def make(source: Source) -> Emitter:
-        return Emitter(logger, span_processor, source_resource(resource, source), __version__)
+        resource_of = source_resource(resource, source)
+        return Emitter(logger, span_processor, resource_of, __version__, signal)
 
     return make
 

@@ -7,6 +7,12 @@ records go through the public ``Logger.emit`` API with the span's context attach
 Every string is clipped to the attribute length limit (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``,
 else :data:`DEFAULT_VALUE_LIMIT`, so that a megabyte traceback never reaches the wire) and
 lone surrogates are replaced, since protobuf refuses to encode them and would drop the batch.
+
+Exceptions go where ``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN`` says (``exception_signal``): by
+default as ``exception`` span events, as before the semantic conventions moved them to logs; with
+``logs`` as the log record of the failing event only, with the event name ``exception`` and the
+span's trace and span ids; with ``logs/dup`` both. The model records both forms either way; the
+choice is how they become OpenTelemetry data, so it is made here.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from elastic_otel.model.logs import to_log
 from elastic_otel.model.snapshots import STOP
 from elastic_otel.model.spans import STATUS_ERROR, STATUS_OK, Output, SpanRecord
 from elastic_otel.names import attributes as A
+from elastic_otel.names import environment_variables as env
 from elastic_otel.parsing.torch_events import ElasticEvent
 
 DEFAULT_VALUE_LIMIT = 16384
@@ -85,8 +92,14 @@ class Emitter:
         span_processor: SpanProcessor | None,
         resource: Resource,
         scope_version: str = "",
+        exception_signal: str | None = None,
     ) -> None:
         self.logger = logger
+        self.exceptions_as_logs = exception_signal in (
+            env.EXCEPTIONS_AS_LOGS,
+            env.EXCEPTIONS_AS_LOGS_AND_SPAN_EVENTS,
+        )
+        self.exceptions_as_span_events = exception_signal != env.EXCEPTIONS_AS_LOGS
         self.span_processor = span_processor
         self.resource = resource
         self.scope = InstrumentationScope(A.INSTRUMENTATION_SCOPE, scope_version)
@@ -109,7 +122,7 @@ class Emitter:
     def emit_log(self, event: ElasticEvent, trace_id: int, span_id: int) -> None:
         if self.logger is None:
             return
-        model = to_log(event)
+        model = to_log(event, self.exceptions_as_logs)
         context = None
         if trace_id and span_id:
             span = trace_api.NonRecordingSpan(SpanContext(trace_id, span_id, False, _SAMPLED))
@@ -165,7 +178,9 @@ class Emitter:
             else None
         )
         events: Sequence[Event] = [
-            Event(e.name, clean_attributes(e.attributes, limit), e.time_ns) for e in record.events
+            Event(e.name, clean_attributes(e.attributes, limit), e.time_ns)
+            for e in record.events
+            if self.exceptions_as_span_events or e.name != A.EXCEPTION_EVENT
         ]
         links = [
             Link(

@@ -53,8 +53,20 @@ def rendezvous_event_name(action: RdzvAction) -> str:
     return f"torchelastic.rendezvous.{action.value}"
 
 
-def event_name(event: ElasticEvent) -> str:
-    """The log record's ``event_name``: torch's event name, or one per rendezvous action."""
+def carries_exception(event: ElasticEvent) -> bool:
+    """Whether the event's record describes an exception (``exception.type`` or
+    ``exception.message``, as the semantic conventions require one of them)."""
+    attrs = event.attributes
+    return A.EXCEPTION_TYPE in attrs or A.EXCEPTION_MESSAGE in attrs
+
+
+def event_name(event: ElasticEvent, exceptions_as_logs: bool = False) -> str:
+    """The log record's ``event_name``: torch's event name, or one per rendezvous action; with
+    ``exceptions_as_logs`` (``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN``), ``exception`` for a record
+    that carries one, as the conventions name an exception's log record (torch's name stays in
+    ``torchelastic.event.name``)."""
+    if exceptions_as_logs and carries_exception(event):
+        return A.EXCEPTION_EVENT
     if event.kind is EventKind.RENDEZVOUS:
         return rendezvous_event_name(event.action or RdzvAction.OTHER)
     if event.kind is EventKind.UNPARSED:
@@ -76,13 +88,14 @@ def body(event: ElasticEvent) -> str:
     return event.body
 
 
-def to_log(event: ElasticEvent) -> LogModel:
+def to_log(event: ElasticEvent, exceptions_as_logs: bool = False) -> LogModel:
+    """The event's log record (``exceptions_as_logs``: see :func:`event_name`)."""
     number, text = severity(event)
     return LogModel(
         time_ns=event.time_ns,
         severity_number=number,
         severity_text=text,
         body=body(event),
-        event_name=event_name(event),
+        event_name=event_name(event, exceptions_as_logs),
         attributes=event.attributes,
     )

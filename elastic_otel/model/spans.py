@@ -87,7 +87,9 @@ class SpanRecord:
             self.dropped_events += 1
 
     def record_error(self, event: ElasticEvent) -> None:
-        """ERROR status, and an ``exception`` span event when the event carries an error."""
+        """ERROR status, and an ``exception`` span event when the event carries an error (which
+        the emitter leaves out when exceptions go to log records only: the event's own log
+        record, on this span, carries the exception then)."""
         err = event.error
         self.status = STATUS_ERROR
         if err is None:
@@ -100,7 +102,7 @@ class SpanRecord:
         if len(err.message.encode()) > SPAN_TEXT_LIMIT:
             message = err.message.encode()[:SPAN_TEXT_LIMIT].decode(errors="ignore")
             attributes[A.EXCEPTION_MESSAGE] = message
-        self.add_event("exception", event.time_ns, attributes, important=True)
+        self.add_event(A.EXCEPTION_EVENT, event.time_ns, attributes, important=True)
 
     def set_error(self, message: str) -> None:
         self.status, self.status_message = STATUS_ERROR, message

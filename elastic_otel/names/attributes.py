@@ -123,6 +123,9 @@ PROCESS_PID: Final = "process.pid"
 EXCEPTION_TYPE: Final = "exception.type"
 EXCEPTION_MESSAGE: Final = "exception.message"
 EXCEPTION_STACKTRACE: Final = "exception.stacktrace"
+EXCEPTION_EVENT: Final = "exception"
+"""The name of an exception's span event, and (``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN``
+``logs`` or ``logs/dup``) the event name of the log record that carries it."""
 ERROR_TYPE: Final = "error.type"
 """On a root-cause worker span: the exception's type (``RuntimeError``) or the signal's name
 (``SIGKILL``), or ``exit_code_<n>`` when the worker exited non-zero without an exception."""

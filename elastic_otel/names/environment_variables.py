@@ -3,7 +3,8 @@
 Everything the OpenTelemetry specification already names (``OTEL_SDK_DISABLED``,
 ``OTEL_SERVICE_NAME``, ``OTEL_EXPORTER_OTLP_*``, ``OTEL_TRACES_EXPORTER``,
 ``OTEL_LOGS_EXPORTER``, ``OTEL_BSP_*``, ``OTEL_BLRP_*``, ...) is read by the
-OpenTelemetry SDK itself. Only what OTel has no variable for lives here.
+OpenTelemetry SDK itself. Only what OTel has no variable for lives here, and the one semantic
+conventions' opt-in the SDK leaves to instrumentations (``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN``).
 
 Every default lives beside its variable (lower layers that take a default as a parameter import
 it from here). The runtime reads its settings once, with these readers, into
@@ -117,6 +118,16 @@ ELASTIC_OTEL_METRICS = "ELASTIC_OTEL_METRICS"
 bridge counters as metrics either (default ``true``). Where they go is ``OTEL_METRICS_EXPORTER``
 (default ``otlp``) and ``OTEL_METRIC_EXPORT_*``."""
 
+OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN = "OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN"
+"""The semantic conventions' switch from exception span events to exception log records (the
+SDK does not read it; instrumentations do): :data:`EXCEPTIONS_AS_LOGS` (``logs``): the log
+record only, event name ``exception``; :data:`EXCEPTIONS_AS_LOGS_AND_SPAN_EVENTS`
+(``logs/dup``): both; unset or any other value: ``exception`` span events, as before the
+conventions moved (docs/trace-model.md, "Exceptions: span events or log records", says why
+that is the default)."""
+EXCEPTIONS_AS_LOGS = "logs"
+EXCEPTIONS_AS_LOGS_AND_SPAN_EVENTS = "logs/dup"
+
 # --- set by the agent in each worker's environment (elastic_otel.worker.training) ----------
 
 TRACEPARENT = "TRACEPARENT"
@@ -216,3 +227,20 @@ def env_flag(name: str, default: bool) -> bool:
     """:func:`env_switch`, with ``default`` when unset or unrecognised."""
     value = env_switch(name)
     return default if value is None else value
+
+
+def env_exception_signal() -> str | None:
+    """``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN`` as one of its values (``logs``, ``logs/dup``),
+    else ``None`` (span events), with one warning for a value the conventions do not name."""
+    name = OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in (EXCEPTIONS_AS_LOGS, EXCEPTIONS_AS_LOGS_AND_SPAN_EVENTS):
+        return raw
+    if raw and name not in _warned_flags:
+        _warned_flags.add(name)
+        _logger.warning(
+            "elastic-otel: %s=%r is neither logs nor logs/dup; exceptions stay span events",
+            name,
+            raw[:40],
+        )
+    return None

@@ -48,6 +48,7 @@ from elastic_otel.names.environment_variables import (
     ELASTIC_OTEL_STALL_AFTER,
     ELASTIC_OTEL_TRACES,
     ELASTIC_OTEL_WORKER_STARTUP,
+    env_exception_signal,
     env_flag,
     env_float,
     env_int,
@@ -57,8 +58,9 @@ from elastic_otel.names.environment_variables import (
 
 @dataclass(frozen=True)
 class Settings:
-    """One field per ``ELASTIC_OTEL_*`` setting; the field defaults are the documented ones
-    (``Settings()`` is what an empty environment gives)."""
+    """One field per ``ELASTIC_OTEL_*`` setting (and the exception opt-in of the semantic
+    conventions); the field defaults are the documented ones (``Settings()`` is what an empty
+    environment gives)."""
 
     enabled: bool | None = None
     """``ELASTIC_OTEL_ENABLED``: ``None`` (unset) decides from context."""
@@ -94,6 +96,9 @@ class Settings:
     """``ELASTIC_OTEL_WORKER_STARTUP``: the worker-side start-up the instrumented agent arranges."""
     goodput: bool = True
     """``ELASTIC_OTEL_GOODPUT``: the agent's goodput accounting (summary records, metrics)."""
+    exception_signal: str | None = None
+    """``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN``: ``logs``, ``logs/dup``, or ``None``: exceptions
+    as span events."""
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -120,4 +125,5 @@ class Settings:
             raw_limit=env_int(ELASTIC_OTEL_RAW_LIMIT, DEFAULT_RAW_LIMIT),
             worker_startup=env_flag(ELASTIC_OTEL_WORKER_STARTUP, True),
             goodput=env_flag(ELASTIC_OTEL_GOODPUT, True),
+            exception_signal=env_exception_signal(),
         )

@@ -6,6 +6,11 @@ succeeds. In each failed attempt exactly that rank's span is ERROR, with the rig
 the peer) or was stopped by its agent, and says so without ERROR. One job for the four cases:
 each attempt is a round of its own (its own trace), and one job costs less than four.
 The training script (tests/failing_train.py) is not changed for the bridge: no ``@record``.
+
+The job exports exceptions as the semantic conventions now record them
+(``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN=logs``): each root cause's exception is its log record,
+named ``exception``, in its span's context, and no span carries an ``exception`` event; the
+timeline reads them from there.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from jobs import job_env, run_job, span_attr
 from otlp_receiver import OtlpReceiver
 
 from elastic_otel.names import attributes as A
+from elastic_otel.names.torch_names import STATUS_PREFIX
 
 pytestmark = pytest.mark.e2e
 
@@ -60,6 +66,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
             OTEL_TRACES_EXPORTER="otlp,elastic_otel_file",
             OTEL_LOGS_EXPORTER="otlp,elastic_otel_file",
             ELASTIC_OTEL_OTLP_JSON_FILE=str(out),
+            OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN="logs",
         )
         restarts = f"--max-restarts={len(CASES)}"
         results = run_job(env, nproc=2, script=SCRIPT, extra_args=(restarts,))
@@ -124,23 +131,39 @@ def test_only_the_rank_that_failed_first_is_an_error(how: str, job: Job) -> None
     # rank 0 shares rank 1's node: whatever it died of, it links to rank 1's span
     assert [lk["span_id"] for lk in victims[0]["links"]] == [culprit["span_id"]]
 
-    if how == "segv":  # the Python stack of the crash, with no change to the script
-        (exc,) = [e for e in culprit["events"] if e["name"] == "exception"]
-        stack = exc["attributes"][A.EXCEPTION_STACKTRACE]
-        assert f'failing_train.py", line {FAULT_LINE} in fail' in stack, stack
-        assert len(stack.encode()) <= 2048  # what Tempo keeps of an attribute
-        records = [
-            r
-            for r in job.logs
-            if r["attributes"].get(A.GLOBAL_RANK) == 1
-            and r["attributes"].get(A.STATE) == "FAILED"
-            and r["span_id"] == culprit["span_id"]
-        ]
-        assert any(f"line {FAULT_LINE} in fail" in r["body"] for r in records), records
-    if how == "raise":
-        (exc,) = [e for e in culprit["events"] if e["name"] == "exception"]
-        assert exc["attributes"][A.EXCEPTION_TYPE] == "RuntimeError"
-        assert "failing_train.py" in exc["attributes"][A.EXCEPTION_STACKTRACE]
-
     lines = [line for line in job.timeline.splitlines() if "root cause" in line.lower()]
     assert any(re.search(rf"rank 1\b.*{error_type}", line) for line in lines), job.timeline
+
+
+@pytest.mark.parametrize("how", list(CASES))
+def test_a_root_causes_exception_is_a_log_record_in_its_span(how: str, job: Job) -> None:
+    """Under ``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN=logs``: no span carries an ``exception``
+    event; the culprit's exception is its FAILED record, named ``exception``, in its span."""
+    spans = [s for s in job.spans if s["name"] == A.SPAN_WORKER]
+    assert not [e for w in spans for e in w["events"] if e["name"] == A.EXCEPTION_EVENT]
+    culprits = sorted(
+        (w for w in spans if span_attr(w, A.STATE) == "FAILED"), key=lambda w: w["start_ns"]
+    )
+    culprit = culprits[list(CASES).index(how)]
+    records = [r for r in job.logs if r["span_id"] == culprit["span_id"]]
+    exceptions = [r for r in records if r["event_name"] == A.EXCEPTION_EVENT]
+    if how == "kill":  # a SIGKILL is no exception: its record keeps torch's event name
+        assert exceptions == [], exceptions
+        assert STATUS_PREFIX + "FAILED" in {r["event_name"] for r in records}
+        return
+    (record,) = exceptions
+    assert record["trace_id"] == culprit["trace_id"]
+    assert record["severity_text"] == "ERROR"
+    exception = record["attributes"]
+    assert exception[A.EVENT_NAME] == STATUS_PREFIX + "FAILED"  # torch's name, kept
+    assert exception.get(A.EXCEPTION_TYPE) or exception.get(A.EXCEPTION_MESSAGE), exception
+    stack = exception[A.EXCEPTION_STACKTRACE]
+    if how == "raise":
+        assert exception[A.EXCEPTION_TYPE] == "RuntimeError"
+        assert "the loss is NaN" in exception[A.EXCEPTION_MESSAGE]
+        assert "failing_train.py" in stack
+    elif how == "segv":  # the Python stack of the crash, with no change to the script
+        assert f'failing_train.py", line {FAULT_LINE} in fail' in stack, stack
+        assert f"line {FAULT_LINE} in fail" in record["body"]
+    else:
+        assert re.search(r'failing_train.py", line \d+ in fail', stack), stack

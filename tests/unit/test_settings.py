@@ -13,7 +13,9 @@ from elastic_otel.names.settings import Settings
 
 
 def _variable(field: str) -> str:
-    """``exit_timeout_s`` → ``ELASTIC_OTEL_EXIT_TIMEOUT``."""
+    """``exit_timeout_s`` → ``ELASTIC_OTEL_EXIT_TIMEOUT``; the semantic conventions' opt-in."""
+    if field == "exception_signal":
+        return env.OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN
     return getattr(env, "ELASTIC_OTEL_" + field.removesuffix("_s").upper())
 
 
@@ -42,6 +44,18 @@ def test_values_are_read_and_malformed_ones_are_their_defaults(
     assert settings.traces is False
     assert settings.agent_instrumentation is True
     assert settings.metrics is True
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [("logs", "logs"), (" LOGS/dup ", "logs/dup"), ("", None), ("span_events", None)],
+)
+def test_the_exception_opt_in_is_one_of_the_conventions_values_or_none(
+    monkeypatch: pytest.MonkeyPatch, value: str, read: str | None
+) -> None:
+    monkeypatch.setattr(env, "_warned_flags", set())
+    monkeypatch.setenv(env.OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN, value)
+    assert Settings.from_environment().exception_signal == read
 
 
 def test_read_once_the_handler_keeps_what_it_read(monkeypatch: pytest.MonkeyPatch) -> None:

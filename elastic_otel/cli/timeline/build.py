@@ -48,9 +48,11 @@ from elastic_otel.cli.timeline.summary import (
     rank_key,
     render_summary,
     root_cause_line,
+    source_event_name,
     stall_line,
     stalls,
     summarize,
+    with_logged_exceptions,
 )
 from elastic_otel.model.goodput import describe
 from elastic_otel.model.snapshots import HEARTBEAT
@@ -201,7 +203,7 @@ def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline
     :func:`~elastic_otel.cli.otlp_json_reader.read_otlp_json` returns them)."""
     spans, logs = in_round_traces(list(spans), list(logs))
     spans += lost_spans(spans, logs)
-    spans = [_with_resource_identity(s) for s in spans]
+    spans = [_with_resource_identity(s) for s in with_logged_exceptions(spans, logs)]
     builder = _Builder()
     rdzv = [s for s in spans if s["name"] in (A.SPAN_RDZV_JOIN, A.SPAN_RDZV_MEMBER)]
     for span in sorted(rdzv, key=lambda s: s["start_ns"]):
@@ -559,7 +561,7 @@ def _errors(logs: list[Item], builder: _Builder) -> list[ErrorNote]:
             where += " agent"
         message = str(record.get("body", ""))
         if "\n" in message:  # a worker's whole traceback: its exception below says it in a line
-            message = str(record.get("event_name", "")) or message.strip().splitlines()[-1]
+            message = source_event_name(record) or message.strip().splitlines()[-1]
         if message.startswith(STATUS_PREFIX):
             message = message[len(STATUS_PREFIX) :]
         error = ": ".join(

@@ -496,10 +496,42 @@ def _host(span: Item) -> str:
     return str(host or "")
 
 
+def with_logged_exceptions(spans: list[Item], logs: Iterable[Item]) -> list[Item]:
+    """``spans``, each with its exception however it was exported: an ``exception`` span event,
+    or (``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN=logs``) a log record with the event name
+    ``exception`` in the span's context, which becomes that span's ``exception`` event here."""
+    logged: dict[str, Item] = {}
+    for record in logs:
+        if record.get("event_name") == A.EXCEPTION_EVENT and record.get("span_id"):
+            logged.setdefault(str(record["span_id"]), record)
+    if not logged:
+        return spans
+    out = []
+    for span in spans:
+        found = logged.get(span["span_id"])
+        events = span.get("events", ())
+        if found is not None and not any(e["name"] == A.EXCEPTION_EVENT for e in events):
+            attributes = found.get("attributes", {})
+            exception = {k: v for k, v in attributes.items() if k.startswith("exception.")}
+            event = {"name": A.EXCEPTION_EVENT, "time_ns": found.get("time_ns", 0)}
+            span = {**span, "events": [*events, {**event, "attributes": exception}]}
+        out.append(span)
+    return out
+
+
+def source_event_name(record: Item) -> str:
+    """A log record's event name, torch's for an exception's record (named ``exception`` under
+    ``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN``; torch's name is in ``torchelastic.event.name``)."""
+    name = str(record.get("event_name", "") or "")
+    if name == A.EXCEPTION_EVENT:
+        return str(record.get("attributes", {}).get(A.EVENT_NAME, "") or name)
+    return name
+
+
 def error_message(span: Item) -> str:
     """A span's error: its ``exception`` event (``type: message``), else its ERROR status."""
     for event in span.get("events", ()):
-        if event["name"] == "exception":
+        if event["name"] == A.EXCEPTION_EVENT:
             a = event["attributes"]
             kind, msg = str(a.get(A.EXCEPTION_TYPE, "")), str(a.get(A.EXCEPTION_MESSAGE, ""))
             if kind or msg:
@@ -511,7 +543,7 @@ def error_message(span: Item) -> str:
 
 def _exception_type(span: Item) -> str:
     for event in span.get("events", ()):
-        if event["name"] == "exception":
+        if event["name"] == A.EXCEPTION_EVENT:
             return str(event["attributes"].get(A.EXCEPTION_TYPE, ""))
     return ""
 
