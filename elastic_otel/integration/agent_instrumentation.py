@@ -509,6 +509,7 @@ def _report_stacks_and_stall(
     facts: dict[str, Any] = {
         "stalled.in": TRAINING,
         "stalled.seconds": round(stall.seconds, 3),
+        # torch's metadata holds scalars: "1,2" here, an int array once parsed and exported
         "stalled.ranks": ",".join(map(str, stall.waited_for)),
         "stalled.waiting": ",".join(map(str, stall.waiting)),
     }

@@ -316,7 +316,7 @@ class RendezvousModel:
             span = node.join or node.member
             if span is not None:
                 key = _AGGREGATED[action]
-                span.attributes[key] = int(span.attributes.get(key, 0)) + 1
+                span.attributes[key] = _count(span.attributes, key) + 1
                 if action is RdzvAction.KEEP_ALIVE:
                     span.attributes[A.KEEP_ALIVE_LAST_NS] = t
                 if not self.heartbeat_logs:  # counted on the span: that is its record
@@ -324,7 +324,7 @@ class RendezvousModel:
                     return
         elif action is RdzvAction.KEEP_ALIVE_FAILED and node.member is not None:
             attrs = node.member.attributes
-            attrs[A.KEEP_ALIVE_FAILURES] = int(attrs.get(A.KEEP_ALIVE_FAILURES, 0)) + 1
+            attrs[A.KEEP_ALIVE_FAILURES] = _count(attrs, A.KEEP_ALIVE_FAILURES) + 1
             node.member.add_event(action.value, t, _event_attrs(ev), important=True)
         elif action is RdzvAction.CLOSED:
             self.close_node(node, t, "rendezvous closed", False, out, ev)
@@ -535,6 +535,12 @@ class RendezvousModel:
 
 def _layout_link(span: SpanRecord, rnd: int, kind: str) -> SpanLink:
     return SpanLink(span.trace_id, span.span_id, {A.ROUND: rnd, A.LINK_KIND: kind})
+
+
+def _count(attrs: SpanAttributes, key: str) -> int:
+    """A counter this model keeps among a span's attributes (0 before the first)."""
+    value = attrs.get(key, 0)
+    return value if isinstance(value, int) else 0
 
 
 def _event_attrs(ev: ElasticEvent) -> SpanAttributes:

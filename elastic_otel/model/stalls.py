@@ -17,6 +17,7 @@ passes the time in).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from elastic_otel.model.spans import LogOut, SpanAttributes, SpanRecord
 from elastic_otel.names import attributes as A
@@ -172,13 +173,13 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     global ranks 0 wait in all_reduce #7; waiting for global rank 1 (in sleep at train.py:42)"."""
     seconds = attributes.get(A.STALLED_SECONDS, 0)
     text = f"stalled {float(seconds):.0f} s in training" if _is_number(seconds) else "stalled"
-    waiting = attributes.get(A.STALLED_WAITING)
+    waiting = _rank_text(attributes.get(A.STALLED_WAITING))
     collective = attributes.get(A.STALLED_COLLECTIVE)
     if waiting and collective:
         number = attributes.get(A.STALLED_COLLECTIVE_NUMBER)
         which = f" #{number}" if number else ""
         text += f": global ranks {waiting} wait in {collective}{which}"
-    ranks = attributes.get(A.STALLED_RANKS)
+    ranks = _rank_text(attributes.get(A.STALLED_RANKS))
     frame = attributes.get(A.STACK_FRAME)
     if ranks:
         text += f"; waiting for global rank {ranks}"
@@ -190,5 +191,12 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     return text
 
 
-def _is_number(value: object) -> bool:
+def _rank_text(value: object) -> str:
+    """Global ranks as a report says them: ``(2, 3)`` → ``"2,3"`` (absent: ``""``)."""
+    if isinstance(value, tuple | list):
+        return ",".join(map(str, value))
+    return str(value) if value is not None else ""
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)

@@ -64,10 +64,10 @@ STALLED_IN: Final = "torchelastic.stalled.in"
 """What a stalled node waits in: ``rendezvous.join``, ``exit_barrier``, ``stop_workers``."""
 STALLED_SECONDS: Final = "torchelastic.stalled.seconds"
 STALLED_RANKS: Final = "torchelastic.stalled.ranks"
-"""On a training stall: the global ranks the others wait for, as the node sees them (comma
-separated; empty when they are on other nodes)."""
+"""On a training stall: the global ranks the others wait for, as the node sees them (an int
+array; absent when they are on other nodes)."""
 STALLED_WAITING: Final = "torchelastic.stalled.waiting"
-"""On a training stall: the node's global ranks waiting inside the collective (comma separated)."""
+"""On a training stall: the node's global ranks waiting inside the collective (an int array)."""
 STALLED_COLLECTIVE: Final = "torchelastic.stalled.collective"
 """On a training stall: the collective the waiting ranks are in (``all_reduce``, ``barrier``)."""
 STALLED_COLLECTIVE_NUMBER: Final = "torchelastic.stalled.collective_number"

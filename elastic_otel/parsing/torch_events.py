@@ -45,7 +45,8 @@ from elastic_otel.names import attributes as A
 from elastic_otel.names.environment_variables import DEFAULT_RAW_LIMIT
 from elastic_otel.names.torch_names import AGENT_STEP_PREFIX, STATUS_PREFIX, NodeState
 
-AttrValue = str | bool | int | float
+AttrValue = str | bool | int | float | tuple[int, ...]
+"""An attribute value; the tuples are lists of global ranks (:data:`_RANK_LIST_METADATA`)."""
 Attributes = dict[str, AttrValue]
 
 """Characters of unparseable input kept on the flagged record."""
@@ -463,6 +464,13 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
 
 def _put_field(attrs: Attributes, typed: dict[str, int | float], key: str, value: object) -> None:
     """``torchelastic.<key>``: typed when parse_event reads the key, else as it came."""
+    if key in _RANK_LIST_METADATA:
+        ranks = _rank_list(value)
+        if ranks is None:
+            _flag_invalid(attrs, key, value)
+        elif ranks:  # none: the attribute is left out
+            attrs[A.NS + key] = ranks
+        return
     coerce = _TYPED_METADATA.get(key)
     if coerce is None:
         attrs[A.NS + key] = _attr_value(value)
@@ -635,6 +643,22 @@ def _opt_int(value: object) -> int | None:
     return None
 
 
+def _rank_list(value: object) -> tuple[int, ...] | None:
+    """Global ranks: ``"1,2"`` (as the agent instrumentation writes them, torch's metadata
+    holding scalars only), a list of them, or one → ``(1, 2)``; ``()`` for ``""``; ``None``
+    when a part is not a rank."""
+    if isinstance(value, str):
+        parts: list[object] = [p for p in value.split(",") if p.strip()]
+    elif isinstance(value, list | tuple):
+        parts = list(value)
+    else:
+        parts = [value]
+    ranks = [_opt_int(part) for part in parts]
+    if any(rank is None or rank < 0 for rank in ranks):
+        return None
+    return tuple(rank for rank in ranks if rank is not None)
+
+
 def _duration(value: object) -> float | None:
     """A duration in ms that can back-date a span: finite, 0 to 100 days (``None`` else)."""
     if _is_number(value) and 0 <= value <= _MAX_DURATION_MS:  # NaN fails the comparison
@@ -650,6 +674,10 @@ _TYPED_METADATA: dict[str, Callable[[object], int | float | None]] = {
     "worker_pid": _opt_int,
     "duration_ms": _duration,
 }
+# Metadata keys holding lists of global ranks, exported as int arrays that a query can use.
+_RANK_LIST_METADATA = frozenset(
+    key.removeprefix(A.NS) for key in (A.STALLED_RANKS, A.STALLED_WAITING)
+)
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _DECIMAL = re.compile(r"[-+]?[0-9]{1,19}")
 _MAX_TIMESTAMP_MS = 9_000_000_000_000  # year 2255: beyond it, ms*1e6 overflows OTLP's uint64 ns

@@ -53,12 +53,13 @@ def _run_hung_job(receiver: OtlpReceiver, tmp_path: Path, **extra: str) -> list[
         (stall,) = receiver.wait_for_logs(
             1,
             timeout=90,
-            where=lambda r: _is_training_stall(r) and r["attributes"].get(A.STALLED_RANKS) == "1",
+            # the ranks as an int array, as a query can use them
+            where=lambda r: _is_training_stall(r) and r["attributes"].get(A.STALLED_RANKS) == [1],
         )[:1]
         attrs = stall["attributes"]
         assert attrs[A.STALLED_SECONDS] <= STALL_AFTER_S + INTERVAL_S + 3.0, attrs
         assert attrs[A.STALLED_COLLECTIVE] == "all_reduce"
-        assert attrs[A.STALLED_WAITING] == "0"  # rank 1's neighbour on its node
+        assert attrs[A.STALLED_WAITING] == [0]  # rank 1's neighbour on its node
         assert attrs[A.STACK_FRAME] == f"hang at hanging_train.py:{HANG_LINE}"
         assert "waiting for global rank 1 (in hang at hanging_train.py" in stall["body"]
         assert stall["severity_text"] == "WARN"
@@ -75,7 +76,9 @@ def _run_hung_job(receiver: OtlpReceiver, tmp_path: Path, **extra: str) -> list[
             lambda: [
                 r
                 for r in receiver.logs()
-                if _is_training_stall(r) and r["attributes"].get(A.STALLED_WAITING) == "2,3"
+                if _is_training_stall(r)
+                and r["attributes"].get(A.STALLED_WAITING) == [2, 3]
+                and A.STALLED_RANKS not in r["attributes"]  # the rank waited for is not here
             ],
             20,
         )

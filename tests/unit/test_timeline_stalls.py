@@ -88,19 +88,28 @@ def round_0(one_rank_on_a: bool = False) -> Job:
     return job
 
 
-def hung_job() -> Job:
+def ranks(waited_for: tuple[int, ...], waiting: tuple[int, ...], as_text: bool = False) -> dict:
+    """A report's ranks as the bridge exports them: int arrays, none waited for left out;
+    ``as_text``: as exports from before the arrays wrote them (``"2,3"``, ``""``)."""
+    if as_text:
+        return {A.STALLED_RANKS: ",".join(map(str, waited_for)),
+                A.STALLED_WAITING: ",".join(map(str, waiting))}  # fmt: skip
+    return {A.STALLED_WAITING: waiting, **({A.STALLED_RANKS: waited_for} if waited_for else {})}
+
+
+def hung_job(as_text: bool = False) -> Job:
     """The job of the module docstring. The last progress of both nodes' ranks was at 2 s;
     node-a reports at 32 and 64 s (30 and 62 s), node-b at 31.6 and 63.6 s (its agent looks
     0.4 s before node-a's). node-a's agent takes the stacks once more before it stops the
-    workers; node-b's waits 30 s for its workers to stop (a stall of another kind)."""
+    workers; node-b's waits 30 s for its workers to stop (a stall of another kind).
+    ``as_text``: the ranks as exports from before the int arrays wrote them."""
     job = round_0()
     for at, seconds in ((32_000, 30.0), (64_000, 62.0)):
         job.stacks("a", at, "training", {0: IN_ALL_REDUCE, 1: HANG})
-        job.stall("a", at, seconds, **{A.STALLED_RANKS: "1", A.STALLED_WAITING: "0",
-                                       A.STACK_FRAME: HANG})  # fmt: skip
+        job.stall("a", at, seconds, **ranks((1,), (0,), as_text), **{A.STACK_FRAME: HANG})
     for at, seconds in ((31_600, 29.6), (63_600, 61.6)):
         job.stacks("b", at, "training", {2: IN_ALL_REDUCE, 3: IN_ALL_REDUCE})
-        job.stall("b", at, seconds, **{A.STALLED_RANKS: "", A.STALLED_WAITING: "2,3"})
+        job.stall("b", at, seconds, **ranks((), (2, 3), as_text))
     job.stacks("a", 99_000, "before_stop", {0: IN_ALL_REDUCE, 1: HANG})
     job.log("b", STALL_EVENT_NAME, 130_000, job.members["b"], state=STALL_STATE,
             **{A.STALLED_IN: "stop_workers", A.STALLED_SECONDS: 30.0})  # fmt: skip
@@ -137,6 +146,11 @@ def test_the_written_records_are_what_the_bridge_exports(tmp_path: Path) -> None
         "rank 1 (in hang at train.py:18)"
     )
     assert reports[3]["body"].endswith("waiting for ranks on other nodes")
+    # the ranks as int arrays; none waited for on node-b: left out
+    assert reports[1]["attributes"][A.STALLED_RANKS] == [1]
+    assert reports[1]["attributes"][A.STALLED_WAITING] == [0]
+    assert reports[3]["attributes"][A.STALLED_WAITING] == [2, 3]
+    assert A.STALLED_RANKS not in reports[3]["attributes"]
     stacks = [r for r in logs if r["event_name"] == WORKER_STACKS_EVENT]
     assert len(stacks) == 10 and RANK_1_STACKS in {r["body"] for r in stacks}
 
@@ -174,12 +188,21 @@ def test_text_joins_the_reports_of_both_nodes_into_one_stall(tmp_path: Path) -> 
     assert "ERRORS" not in text  # a stall is a warning, not an error
 
 
+def test_exports_from_before_the_int_arrays_read_the_same(tmp_path: Path) -> None:
+    """Ranks written as text (``"1"``, ``"2,3"``, ``""``) give the same timeline."""
+    (tmp_path / "arrays").mkdir()
+    (tmp_path / "text").mkdir()
+    arrays = load(tmp_path / "arrays", hung_job())
+    text = load(tmp_path / "text", hung_job(as_text=True))
+    assert render_text(text) == render_text(arrays)
+    assert text.runs[0].stalls[0].waited_for == [(1, "node-a pid 100")]
+
+
 def test_each_stall_of_a_node_is_its_own(tmp_path: Path) -> None:
     """Rank 1 hung for 40 s at step 3, went on, and hung again at the 9th all_reduce: progress
     between the reports makes them two stalls, each with its own latest reports."""
     job = round_0()
-    for node, waiting, ranks in (("a", "0", "1"), ("b", "2,3", "")):
-        facts = {A.STALLED_RANKS: ranks, A.STALLED_WAITING: waiting}
+    for node, facts in (("a", ranks((1,), (0,))), ("b", ranks((), (2, 3)))):
         job.stall(node, 32_000, 30.0, **facts)
         job.stall(node, 42_000, 40.0, **facts)  # still the stall that began at 2 s
         job.stall(node, 80_000, 30.0, **facts, **{A.STALLED_COLLECTIVE_NUMBER: 9})  # from 50 s
@@ -198,8 +221,8 @@ def test_no_node_names_the_rank(tmp_path: Path) -> None:
     that its ranks wait for ranks elsewhere. The stall points at node-a."""
     job = round_0(one_rank_on_a=True)
     nothing = {A.STALLED_COLLECTIVE: "", A.STALLED_COLLECTIVE_NUMBER: 0}  # in no collective
-    job.stall("a", 32_000, 30.0, **{A.STALLED_RANKS: "", A.STALLED_WAITING: "", **nothing})
-    job.stall("b", 32_000, 30.0, **{A.STALLED_RANKS: "", A.STALLED_WAITING: "1,2"})
+    job.stall("a", 32_000, 30.0, **ranks((), ()), **nothing)
+    job.stall("b", 32_000, 30.0, **ranks((), (1, 2)))
     job.stacks("a", 32_000, "training", {0: HANG})
     timeline = load(tmp_path, job)
     [stall] = timeline.rounds[0].stalls
@@ -299,8 +322,8 @@ def test_stacks_taken_for_another_reason_still_give_the_frames(tmp_path: Path, r
     """Stacks taken for a stall of another kind, or only before the stop (an agent that took
     none while it reported), still name the frames."""
     job = round_0()
-    job.stall("a", 32_000, 30.0, **{A.STALLED_RANKS: "1", A.STALLED_WAITING: "0"})
-    job.stall("b", 32_000, 30.0, **{A.STALLED_RANKS: "", A.STALLED_WAITING: "2,3"})
+    job.stall("a", 32_000, 30.0, **ranks((1,), (0,)))
+    job.stall("b", 32_000, 30.0, **ranks((), (2, 3)))
     job.stacks("a", 32_000 if reason == "stall" else 40_000, reason, {0: IN_ALL_REDUCE, 1: HANG})
     timeline = load(tmp_path, job)
     [stall] = timeline.runs[0].stalls

@@ -3,7 +3,19 @@ decision from the ranks' progress records, and the report's text."""
 
 from __future__ import annotations
 
-from elastic_otel.model.stalls import RankProgress, describe_training_stall, training_stall
+import pytest
+from jobs import use_receiver
+from otlp_receiver import OtlpReceiver
+from torch.distributed.elastic.events import Event, EventSource
+
+from elastic_otel.model.stalls import (
+    STALL_EVENT_NAME,
+    STALL_STATE,
+    TRAINING,
+    RankProgress,
+    describe_training_stall,
+    training_stall,
+)
 from elastic_otel.names import attributes as A
 
 S = 1_000_000_000
@@ -33,10 +45,9 @@ def test_all_local_ranks_waiting_means_the_culprit_is_on_another_node() -> None:
     assert stall is not None and (stall.waiting, stall.waited_for) == ((2, 3), ())
     attributes = {
         A.STALLED_SECONDS: 61.0,
-        A.STALLED_WAITING: "2,3",
+        A.STALLED_WAITING: (2, 3),
         A.STALLED_COLLECTIVE: "all_reduce",
         A.STALLED_COLLECTIVE_NUMBER: 5,
-        A.STALLED_RANKS: "",
     }
     assert describe_training_stall(attributes) == (
         "stalled 61 s in training: global ranks 2,3 wait in all_reduce #5; "
@@ -56,3 +67,40 @@ def test_no_stall_while_anyone_progresses_or_before_training_begins() -> None:
     assert training_stall(starting, 600 * S, AFTER) is None
     assert training_stall(ranks, 10_000 * S, 0) is None  # ELASTIC_OTEL_STALL_AFTER=0
     assert training_stall([], 61 * S, AFTER) is None
+
+
+def test_a_reports_ranks_reach_the_collector_as_int_arrays(
+    monkeypatch: pytest.MonkeyPatch, grpc_receiver: OtlpReceiver, make_logger
+) -> None:
+    """The agent instrumentation's stall reports (torch ``Event`` s, whose metadata holds
+    scalars: the ranks as ``"1,3"``) through the real handler, at a real collector: int arrays a
+    query can use; none waited for on this node: left out; text that is no rank: flagged."""
+    use_receiver(monkeypatch, grpc_receiver)
+    logger, handler = make_logger()
+    for seconds, waited_for, waiting in ((61.0, "1,3", "0,2"), (62.0, "", "4,5"), (63.0, "x", "0")):
+        metadata = {
+            "run_id": "job",
+            "state": STALL_STATE,
+            "stalled.in": TRAINING,
+            "stalled.seconds": seconds,
+            "stalled.ranks": waited_for,
+            "stalled.waiting": waiting,
+            "stalled.collective": "all_reduce",
+            "stalled.collective_number": 7,
+        }
+        logger.info(Event(STALL_EVENT_NAME, EventSource.AGENT, metadata=metadata).serialize())
+    assert handler.flush(10)
+    reports = grpc_receiver.wait_for_logs(3, where=lambda r: r["event_name"] == STALL_EVENT_NAME)
+    by_seconds = {r["attributes"][A.STALLED_SECONDS]: r for r in reports}
+    named, elsewhere, flagged = (by_seconds[s] for s in (61.0, 62.0, 63.0))
+    assert named["attributes"][A.STALLED_RANKS] == [1, 3]
+    assert named["attributes"][A.STALLED_WAITING] == [0, 2]
+    assert named["body"] == (
+        "stalled 61 s in training: global ranks 0,2 wait in all_reduce #7; "
+        "waiting for global rank 1,3"
+    )
+    assert A.STALLED_RANKS not in elsewhere["attributes"]
+    assert elsewhere["attributes"][A.STALLED_WAITING] == [4, 5]
+    assert elsewhere["body"].endswith("; waiting for ranks on other nodes")
+    assert A.STALLED_RANKS not in flagged["attributes"]
+    assert flagged["attributes"][A.INVALID_PREFIX + "stalled.ranks"] == "x"

@@ -646,10 +646,14 @@ def _rank_stack(record: Item, node_of: Callable[[Item], str]) -> RankStack | Non
 
 
 def _ranks(value: Any) -> tuple[int, ...]:
-    """``"0,2"`` → ``(0, 2)``; what is not a rank is left out."""
+    """``[0, 2]`` (an int array), or ``"0,2"`` (exports from before the arrays) → ``(0, 2)``;
+    what is not a rank is left out."""
     if isinstance(value, int) and not isinstance(value, bool):
         return (value,)
-    ranks = (as_int(part.strip()) for part in str(value or "").split(","))
+    if isinstance(value, list | tuple):
+        ranks = (as_int(part) for part in value)
+    else:
+        ranks = (as_int(part.strip()) for part in str(value or "").split(","))
     return tuple(sorted({r for r in ranks if r is not None}))
 
 
