@@ -12,7 +12,8 @@ instrumentation turns it into a ``torchelastic.goodput`` log record). The metric
 :meth:`GoodputWatch.points` at each collection.
 
 ``ELASTIC_OTEL_GOODPUT=false`` turns it off (nothing is created); without the worker start-up
-there are no records, and every attempt is start-up or unexplained time.
+there are no records, so no marked step: the first attempt is start-up until a failure, the rest
+of the job recovery.
 """
 
 from __future__ import annotations

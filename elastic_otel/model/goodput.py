@@ -13,21 +13,30 @@ checkpoint, ``L`` its last marked step, ``X`` the failure, ``E`` its end)::
 
     S ─startup/recovery─ F ─productive (less saves, stalls)─ B ─lost_progress─ X ─recovery─ E
     the attempt that ends the job:                     ... F ─productive─ L ─unexplained─ E
+    an attempt that marked no step and failed:   S ─startup/recovery─ X ─recovery─ E
+
+``X`` is the failure as this node's agent knows it: the death of its own failed worker (the
+root cause among them, else the earliest; the moment the worker start-up recorded, else when the
+agent saw it). A node whose workers did not fail (stopped after a peer failed) learns of the
+failure when its agent begins the restart: there ``X`` is ``E``.
 
 * ``startup`` (the first attempt) or ``recovery`` (later ones): from the attempt's start to its
-  first marked step (that step's own compute included: a step is known when it ends);
+  first marked step (that step's own compute included: a step is known when it ends), or, in an
+  attempt that marked no step, to ``X`` (to ``E`` when no restart followed, as the live view
+  counts it). Nothing is recovered before anything failed: on every node, the first attempt is
+  start-up until its first step or, when it marked none, until ``X``;
 * ``productive``: from the first step to the last checkpoint (an attempt a restart follows:
   what comes after it is redone) or to the last step or checkpoint (the attempt that ends the
   job), less the measured checkpoint saves and the training stalls in it;
 * ``lost_progress``: from the last checkpoint (or the first step, when the attempt saved none)
   to the failure: the steps the restart redoes and the part-done step, less stalls in it;
-* ``recovery`` also: from the failure (the moment of death, else when the agent saw it) to the
-  recovery's start (detection), and the whole of an attempt that marked no step before it failed;
+* ``recovery`` also: from ``X`` to the attempt's end (the recovery's start, or the job's end
+  when no restart was left): the detection;
 * ``checkpoint``: the blocking time of saves measured with :func:`elastic_otel.saving_checkpoint`;
 * ``stall``: intervals of ``ELASTIC_OTEL_STALL_AFTER`` seconds or more in which no local rank made
   progress (the training watch's view, to within its period);
-* ``unexplained``: the rest: after the last step of the job (final save, shutdown, the exit
-  barrier), and an attempt that never marked a step and was not followed by a restart.
+* ``unexplained``: the rest: after the last step or checkpoint of the job (final save, shutdown,
+  the exit barrier).
 
 The points are clamped to be in order, so the categories add up to the wall time exactly.
 Pure: no torch, no SDK, no clock (times are passed in).
@@ -137,7 +146,8 @@ class AttemptFacts:
     restarted: bool
     """A restart followed: what came after the last checkpoint is redone."""
     failure_ns: int | None = None
-    """When the failure that ended it happened (``None``: the end)."""
+    """When the failure that ended it happened (``None``: the end, as on a node whose workers
+    did not fail)."""
     stalls: tuple[tuple[int, int], ...] = ()
     resumed_from: int | None = None
     """The checkpoint step the job had before this attempt (``None``: none known)."""
@@ -187,10 +197,11 @@ def account(facts: AttemptFacts) -> Breakdown:
     def at(t: int | None, low: int) -> int:
         return min(max(t if t is not None else low, low), end)
 
-    if steps.first_step_ns is None:
-        cut = at(facts.failure_ns if facts.restarted else end, start)
+    if steps.first_step_ns is None:  # the head until the failure (X, else E), recovery after
+        failed = facts.failure_ns if facts.restarted and facts.failure_ns is not None else end
+        cut = at(failed, start)
         ns[head] += cut - start
-        ns[A.BADPUT_RECOVERY if facts.restarted else A.BADPUT_UNEXPLAINED] += end - cut
+        ns[A.BADPUT_RECOVERY] += end - cut
         return _breakdown(end - start, 0, ns, None)
     first = at(steps.first_step_ns, start)
     last = at(steps.last_step_ns, first)

@@ -162,6 +162,28 @@ def test_demo_runs_a_job_with_a_failure_and_a_restart(demo: Demo) -> None:
     assert job_processes(run_id) == []
 
 
+def goodput_shares(output: str, attempt: str) -> dict[str, float]:
+    """An attempt's row of the printed GOODPUT table: per column, its share of wall time (%)."""
+    lines = output.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["ATTEMPT", "WALL"])
+    columns = lines[head].split()[2:]  # GOODPUT, STARTUP, RECOVERY, ...
+    row = next(line for line in lines[head + 1 :] if line.split()[:1] == [attempt])
+    shares = [float(v) for v in re.findall(r"([\d.]+) %", row)]
+    return dict(zip(columns, shares, strict=False))
+
+
+@pytest.mark.e2e
+def test_demo_s_goodput_reports_the_first_attempt_as_start_up(demo: Demo) -> None:
+    # the node of rank 0 marked no step before its peer failed: its first attempt is the job's
+    # start-up until the failure, not recovery (nothing was recovered before anything failed)
+    text = demo.done.stdout
+    first = goodput_shares(text, "0")
+    assert first["STARTUP"] > 50 and first["RECOVERY"] < first["STARTUP"], text
+    for attempt in ("0", "1", "total"):
+        shares = goodput_shares(text, attempt)
+        assert sum(shares.values()) == pytest.approx(100, abs=0.5), (attempt, text)
+
+
 @pytest.mark.e2e
 def test_demo_exports_over_otlp_and_keeps_the_local_file(demo: Demo) -> None:
     assert f"OTLP endpoint {demo.endpoint}" in demo.done.stdout

@@ -104,6 +104,68 @@ def test_an_attempt_without_steps_is_start_up_then_recovery() -> None:
     assert b.badput_s[A.BADPUT_STARTUP] == pytest.approx(5) and b.productive_s == 0
 
 
+def test_the_demo_s_first_attempt_is_start_up_on_the_node_of_rank_0() -> None:
+    # rank 0 marked no step; its peer's worker failed, its own was stopped when its agent
+    # began the restart at 6.7 s: its agent knows no failure time of its own
+    ledger = g.GoodputLedger(S, stall_after_ns=0)
+    ledger.begin([0])
+    summary = ledger.end(t(6.7), [reading(entered=3, progress_ns=t(2))], restarted=True)
+    assert summary.reporter and summary.facts.failure_ns is None
+    b = summary.attempt
+    adds_up(b)
+    assert b.badput_s[A.BADPUT_STARTUP] == pytest.approx(6.7)
+    assert b.badput_s[A.BADPUT_RECOVERY] == 0
+    assert "startup 100.0 %" in g.describe(b) and "recovery" not in g.describe(b)
+    attrs = summary.attributes()
+    assert attrs[A.BADPUT_STARTUP_SECONDS] == pytest.approx(6.7)
+    assert attrs[A.BADPUT_RECOVERY_SECONDS] == 0
+
+
+def test_a_failure_on_the_node_without_rank_0_is_start_up_until_it_on_both_nodes() -> None:
+    # two nodes, no step marked: rank 1's worker dies at 4 s, its agent restarts at 4.5 s; the
+    # node of rank 0 learns of it when its agent restarts, at 5 s
+    failing, reporting = g.GoodputLedger(S), g.GoodputLedger(S)
+    failing.begin([1])
+    reporting.begin([0])
+    lost = failing.end(t(4.5), [reading()], restarted=True, failure_ns=t(4))
+    seen = reporting.end(t(5), [reading()], restarted=True)
+    assert not lost.reporter and seen.reporter
+    adds_up(lost.attempt)
+    adds_up(seen.attempt)
+    assert lost.attempt.badput_s[A.BADPUT_STARTUP] == pytest.approx(4)
+    assert lost.attempt.badput_s[A.BADPUT_RECOVERY] == pytest.approx(0.5)  # the detection
+    assert seen.attempt.badput_s[A.BADPUT_STARTUP] == pytest.approx(5)
+    assert seen.attempt.badput_s[A.BADPUT_RECOVERY] == 0
+    assert failing.reported.wall_s == 0 and reporting.reported.wall_s == pytest.approx(5)
+
+
+def test_a_failure_before_any_step_then_a_later_attempt_keeps_its_rules() -> None:
+    ledger = g.GoodputLedger(S)
+    ledger.begin([0, 1])
+    first = ledger.end(t(3), [reading(), reading(pid=2)], restarted=True, failure_ns=t(2.2))
+    assert first.attempt.badput_s[A.BADPUT_STARTUP] == pytest.approx(2.2)
+    assert first.attempt.badput_s[A.BADPUT_RECOVERY] == pytest.approx(0.8)
+    assert first.attempt.productive_s == 0 and first.attempt.lost_steps is None
+    # the restarted attempt fails before a step too: recovery from its start
+    ledger.begin([0, 1])
+    second = ledger.end(t(7), [reading()], restarted=True, failure_ns=t(6))
+    assert second.attempt.badput_s[A.BADPUT_STARTUP] == 0
+    assert second.attempt.badput_s[A.BADPUT_RECOVERY] == pytest.approx(4)
+    # the last one trains and ends the job
+    ledger.begin([0, 1])
+    last = ledger.end(t(12), [steps_record(0, 9, 9, first=8, last=11, checkpoint=11)], False)
+    assert last.attempt.badput_s[A.BADPUT_RECOVERY] == pytest.approx(1)  # 7 → its first step
+    assert last.attempt.productive_s == pytest.approx(3)
+    for summary in (first, second, last):
+        adds_up(summary.attempt)
+        adds_up(summary.job)
+    job = ledger.job()
+    assert job.wall_s == pytest.approx(12)
+    assert job.badput_s[A.BADPUT_STARTUP] == pytest.approx(2.2)
+    assert job.badput_s[A.BADPUT_RECOVERY] == pytest.approx(0.8 + 4 + 1)
+    assert job.productive_s == pytest.approx(3)
+
+
 def test_stalls_are_taken_from_where_they_fall() -> None:
     record = steps_record(0, 12, 9, first=1, last=8, checkpoint=5, progress=8)
     stalls = ((t(2), t(3)), (t(8), t(20)))  # one while training, one until the failure
