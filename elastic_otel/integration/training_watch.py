@@ -19,6 +19,10 @@ reads those records on a thread of its own every few seconds and:
   (:meth:`before_stop`, from the ``PContext.close`` wrapper), so that the victims' last stacks
   are kept: it waits for their dumps, at most :data:`STACK_WAIT_S`.
 
+Each frame of the stacks gets its line of source under it, as a traceback shows it, where this
+agent can read the file (:func:`~elastic_otel.parsing.worker_reports.with_source_lines`), within
+the record's size: the source lines of outer frames are left out first, frames never.
+
 Only workers whose record says they armed the stack signal are signalled: a signal nobody
 handles would kill the process. Reading and signalling happen on this module's thread (or in
 ``close``, before torch signals the workers), never on torch's monitor loop; what is found goes
@@ -38,7 +42,13 @@ from typing import Any
 
 from elastic_otel.model.stalls import RankProgress, TrainingStall, training_stall
 from elastic_otel.names.environment_variables import WORKER_STACKS_FILE
-from elastic_otel.parsing.worker_progress import WorkerProgress, read_new_stacks, read_progress
+from elastic_otel.parsing.worker_progress import (
+    MAX_STACK_BYTES,
+    WorkerProgress,
+    read_new_stacks,
+    read_progress,
+)
+from elastic_otel.parsing.worker_reports import with_source_lines
 
 _logger = logging.getLogger("elastic_otel")
 
@@ -212,7 +222,17 @@ class TrainingWatch:
                 sizes[rank] = size
             if len(found) == len(asked):
                 break
-        stacks = [(w, found[w.global_rank]) for w in asked if w.global_rank in found]
+        # Each frame's source line, in the room the record has: what was read, and what the
+        # emitter keeps of a record's body (it clips the end, where the main thread is). The
+        # emitter is loaded here, not with this module: the SDK only once the bridge reports.
+        from elastic_otel.emit.emitter import value_limit
+
+        limit = min(MAX_STACK_BYTES, value_limit())
+        stacks = [
+            (w, with_source_lines(found[w.global_rank], limit))
+            for w in asked
+            if w.global_rank in found
+        ]
         group.report(reason, stacks, stall)
 
     def _recompute_current(self) -> None:

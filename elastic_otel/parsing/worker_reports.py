@@ -15,12 +15,15 @@ or garbled file only leaves its fields ``None``; nothing here raises for it.
 Backends cap attribute values (Tempo at 2,048 bytes), and a cap that keeps a text's beginning
 keeps a traceback's outermost frames and loses the exception. :func:`innermost_frames` keeps
 what an operator needs instead: the exception or fatal-error line and the innermost frames.
+``faulthandler`` names each frame's file and line but not its source: :func:`with_source_lines`
+adds the line under each frame, as a traceback shows it, where the agent can read the file.
 Pure standard library: no torch, no OpenTelemetry.
 """
 
 from __future__ import annotations
 
 import json
+import linecache
 import os
 import re
 import stat
@@ -69,7 +72,8 @@ class WorkerReport:
     (ns since the epoch): the moment of death, where torch's own failure time has whole
     seconds."""
     fault_stack: str | None = None
-    """``faulthandler``'s text: the fatal error line and every thread's Python stack."""
+    """``faulthandler``'s text: the fatal error line and every thread's Python stack (with
+    source lines, :func:`with_source_lines`)."""
     fault_signal: str | None = None
     """``SIGSEGV``, ``SIGABRT``, ``SIGBUS``, ``SIGFPE`` or ``SIGILL``, from that text."""
 
@@ -84,6 +88,8 @@ def read_worker_report(
     directory = os.path.dirname(error_file)
     fault_file = os.path.join(directory, WORKER_FAULT_FILE)
     fault_stack = _fault_text(_read(fault_file, max_bytes), max_bytes)
+    if fault_stack is not None:
+        fault_stack = with_source_lines(fault_stack, max_bytes)
     ours = _json_object(_read(os.path.join(directory, WORKER_ERROR_FILE), max_bytes), max_bytes)
     exception = _startup_exception(ours)
     if exception is None:
@@ -353,6 +359,8 @@ def _cut_fault_dump(lines: list[str], limit: int) -> str:
     for line in lines:
         if line.rstrip().endswith(_MOST_RECENT_FIRST):
             sections.append([line])
+        elif sections and line.startswith(_SOURCE_INDENT) and len(sections[-1]) > 1:
+            sections[-1][-1] += line  # a frame's source line (with_source_lines) goes with it
         elif sections and line.startswith("  "):
             sections[-1].append(line)
         elif sections:
@@ -440,3 +448,97 @@ def main_thread_frame(dump: str) -> str | None:
     main = next((t for t in threads if t[-1]["function"] == "<module>"), threads[0])
     inner = main[0]
     return f"{inner['function']} at {os.path.basename(inner['path'])}:{inner['line']}"
+
+
+# --- source lines under faulthandler's frames --------------------------------------------------
+
+_SOURCE_INDENT = "    "
+"""How a traceback indents a frame's source line (``faulthandler``'s frame lines have two
+spaces)."""
+MAX_SOURCE_FILE_BYTES = 4 * 1024 * 1024
+"""Larger files are not read for their source lines (the read would cost the agent)."""
+
+
+def with_source_lines(text: str, limit: int) -> str:
+    """``text`` (``faulthandler``'s dump) with each frame's line of source under it, stripped
+    and indented as a traceback shows it (``    time.sleep(3600)``), in at most ``limit`` UTF-8
+    bytes.
+
+    Only frames with an absolute path to a regular file the agent can read get one (on the
+    worker's host the path is the worker's file; a relative one is relative to the worker's
+    directory). When not all fit, the source lines of the outermost frames of each thread go
+    first; frame lines are never dropped, and text over ``limit`` already is returned
+    unchanged. Lines are read through :mod:`linecache` (a file once, until it changes); a
+    missing or unreadable file or a bad line number just has no source line. Never raises.
+    """
+    try:
+        return _with_source_lines(text, limit)
+    except Exception:  # an operator's aid: never a reason to lose the stacks
+        return text
+
+
+def _with_source_lines(text: str, limit: int) -> str:
+    lines = text.splitlines(keepends=True)
+    readable: dict[str, bool] = {}
+    # (the frame's place in its thread, 1 the innermost; its line's index; its source line)
+    found: list[tuple[int, int, str]] = []
+    depth = 0
+    for i, line in enumerate(lines):
+        if _THREAD.match(line) or line.rstrip().endswith(_MOST_RECENT_FIRST):
+            depth = 0
+            continue
+        frame = _FRAME.match(line.rstrip("\r\n"))
+        if frame is None:
+            continue
+        depth += 1
+        following = lines[i + 1] if i + 1 < len(lines) else ""
+        if following.startswith(_SOURCE_INDENT) and not _FRAME.match(following):
+            continue  # it has its source line already
+        path = frame["path"]
+        if path not in readable:
+            readable[path] = _readable_source(path)
+        source = _source_line(path, int(frame["line"])) if readable[path] else ""
+        if source:
+            found.append((depth, i, source))
+    room = limit - _size(text)
+    added: dict[int, str] = {}
+    for _, i, source in sorted(found):
+        extra = _SOURCE_INDENT + source + "\n"
+        if _size(extra) > room:
+            break  # neither it nor any frame further out gets one
+        added[i] = extra
+        room -= _size(extra)
+    if not added:
+        return text
+    out = []
+    for i, line in enumerate(lines):
+        below = added.get(i)
+        if below is None:
+            out.append(line)
+        elif line.endswith("\n"):
+            out.append(line + below)
+        else:  # the last line, without its newline: keep the text's ending
+            out.append(line + "\n" + below[:-1])
+    return "".join(out)
+
+
+def _readable_source(path: str) -> bool:
+    """Whether ``path`` is a source file worth reading: absolute (a relative one is relative
+    to the worker's directory, not the agent's), a regular file (a FIFO or a device would block
+    or never end) and not empty (``/proc`` files say 0) nor huge."""
+    if not os.path.isabs(path):
+        return False
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    if not stat.S_ISREG(st.st_mode) or not 0 < st.st_size <= MAX_SOURCE_FILE_BYTES:
+        return False
+    linecache.checkcache(path)  # a file edited since it was cached is read again
+    return True
+
+
+def _source_line(path: str, number: int) -> str:
+    if number <= 0:
+        return ""
+    return linecache.getline(path, number).strip()

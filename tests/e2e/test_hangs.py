@@ -1,8 +1,9 @@
 """Hangs named while they hang (issue 20), on real two-node torchrun jobs (c10d, gloo, two
 workers per node): global rank 1 stops before an ``all_reduce`` while ranks 0, 2 and 3 wait
 inside it. Within ``ELASTIC_OTEL_STALL_AFTER`` plus one interval, rank 1's node reports a
-training stall that names rank 1, with rank 1's stack (the sleeping line) and the waiting
-ranks' stacks (in ``all_reduce``); no change to the training script (tests/hanging_train.py).
+training stall that names rank 1, with rank 1's stack (the sleeping frame, its source line under
+it) and the waiting ranks' stacks (in ``all_reduce``); no change to the training script
+(tests/hanging_train.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "hanging_train.py"
 HANG_LINE = next(
     n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if "# HANG LINE" in line
 )
+HANG_SOURCE = SCRIPT.read_text().splitlines()[HANG_LINE - 1].strip()  # time.sleep(...)
 STALL_AFTER_S = 3.0
 INTERVAL_S = min(max(STALL_AFTER_S / 4, 0.5), 5.0)  # the training watch's poll period
 STALLED = "torchelastic.stalled"
@@ -67,7 +69,9 @@ def _run_hung_job(receiver: OtlpReceiver, tmp_path: Path, **extra: str) -> list[
         # rank 1's stack shows where it is stuck; a waiting rank's, the collective
         receiver.wait_until(lambda: _stacks(receiver, 1, "training"), 20)
         (sleeper,) = _stacks(receiver, 1, "training")[:1]
-        assert f'hanging_train.py", line {HANG_LINE} in hang' in sleeper["body"]
+        # the frame, and under it its line of source, as a traceback shows it
+        body = sleeper["body"]
+        assert f'hanging_train.py", line {HANG_LINE} in hang\n    {HANG_SOURCE}\n' in body, body
         assert sleeper["attributes"][A.STACK_FRAME] == f"hang at hanging_train.py:{HANG_LINE}"
         waiter = receiver.wait_until(lambda: _stacks(receiver, 0, "training"), 20)[0]
         assert "in all_reduce" in waiter["body"], waiter["body"]

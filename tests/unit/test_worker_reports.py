@@ -25,6 +25,7 @@ from elastic_otel.parsing.worker_reports import (
     WorkerReport,
     innermost_frames,
     read_worker_report,
+    with_source_lines,
 )
 
 MESSAGE = "innermost boom: é"
@@ -381,3 +382,141 @@ def test_a_fifo_in_place_of_a_report_does_not_hang(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / env.WORKER_FAULT_FILE)
     os.mkfifo(tmp_path / env.WORKER_ERROR_FILE)
     assert read_worker_report(str(tmp_path / "error.json")) is None
+
+
+# --- source lines under faulthandler's frames ---------------------------------------------------
+
+HUNG = textwrap.dedent(
+    """
+    import faulthandler, sys, threading, time
+
+    def dump():
+        faulthandler.dump_traceback(open(sys.argv[1], "w"), all_threads=True)  # DUMP
+
+    def wait_here():
+        time.sleep(3600)  # SLEEPING
+
+    def step(depth):
+        if depth == 0:
+            dump()
+        else:
+            step(depth - 1)  # DEEPER
+
+    threading.Thread(target=wait_here, daemon=True).start()
+    time.sleep(0.2)
+    step(3)
+    """
+)
+
+
+@pytest.fixture
+def hung_dump(tmp_path: Path) -> tuple[str, Path]:
+    """A real ``faulthandler`` dump of every thread of a script in ``tmp_path``, and the script."""
+    script = tmp_path / "hung.py"
+    script.write_text(HUNG)
+    dump = tmp_path / "stacks.txt"
+    done = subprocess.run([sys.executable, str(script), str(dump)], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return dump.read_text(), script
+
+
+def _frames_and_sources(text: str) -> list[tuple[str, str | None]]:
+    """Each frame line with the source line under it (``None``: none)."""
+    lines = text.splitlines()
+    out: list[tuple[str, str | None]] = []
+    for i, line in enumerate(lines):
+        if line.startswith("  File "):
+            below = lines[i + 1] if i + 1 < len(lines) else ""
+            out.append((line, below if below.startswith("    ") else None))
+    return out
+
+
+def test_each_frame_gets_its_source_line_as_a_traceback_shows_it(
+    hung_dump: tuple[str, Path],
+) -> None:
+    dump, script = hung_dump
+    text = with_source_lines(dump, 65536)
+    assert f'  File "{script}", line 8 in wait_here\n    time.sleep(3600)  # SLEEPING\n' in text
+    assert f'  File "{script}", line 5 in dump\n    faulthandler.dump_traceback(' in text
+    pairs = _frames_and_sources(text)
+    assert [frame for frame, _ in pairs] == [
+        line for line in dump.splitlines() if line.startswith("  File ")
+    ]  # every frame kept, in order
+    ours = [source for frame, source in pairs if str(script) in frame]
+    assert ours.count("    step(depth - 1)  # DEEPER") == 3
+    assert all(source is not None for source in ours)
+    assert with_source_lines(text, 65536) == text  # lines already there are not added again
+
+
+def test_source_lines_fit_the_limit_outermost_frames_first(hung_dump: tuple[str, Path]) -> None:
+    dump, _ = hung_dump
+    whole = with_source_lines(dump, 65536)
+    for limit in range(len(dump.encode()), len(whole.encode()), 7):
+        text = with_source_lines(dump, limit)
+        assert size(text) <= limit
+        pairs = _frames_and_sources(text)
+        assert [frame for frame, _ in pairs] == [
+            line for line in dump.splitlines() if line.startswith("  File ")
+        ]
+        for section in text.split("\n\n"):  # per thread: a prefix of frames keeps its source
+            kept = [source is not None for _, source in _frames_and_sources(section)]
+            assert kept == sorted(kept, reverse=True), section
+    # room for the sleeping thread's innermost source line (listed first), not the next one
+    tight = with_source_lines(dump, size(dump) + 40)
+    assert "line 8 in wait_here\n    time.sleep(3600)  # SLEEPING\n" in tight
+    assert "    faulthandler.dump_traceback(" not in tight and "# DEEPER" not in tight
+    assert with_source_lines(dump, size(dump)) == dump
+    assert with_source_lines(dump, 10) == dump  # over the limit already: unchanged
+
+
+def test_a_file_it_cannot_read_or_a_bad_line_has_no_source_line(tmp_path: Path) -> None:
+    source = tmp_path / "train.py"
+    source.write_text("first()\nsecond()\n")
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(fifo)
+    frames = [
+        f'  File "{source}", line 2 in main',
+        f'  File "{source}", line 0 in main',
+        f'  File "{source}", line 99 in main',
+        f'  File "{tmp_path / "missing.py"}", line 1 in main',
+        '  File "train.py", line 1 in main',  # relative: to the worker's directory
+        f'  File "{tmp_path}", line 1 in main',  # a directory
+        f'  File "{fifo}", line 1 in main',  # would block a reader
+        '  File "/proc/self/status", line 1 in main',
+        '  File "<frozen importlib._bootstrap>", line 1 in _find_and_load',
+        '  File "???", line 0 in ???',
+    ]
+    dump = "Stack (most recent call first):\n" + "\n".join(frames) + "\n"
+    text = with_source_lines(dump, 65536)
+    assert text == dump.replace(frames[0] + "\n", frames[0] + "\n    second()\n")
+    no_newline = with_source_lines(dump.rstrip("\n"), 65536)
+    assert no_newline == text.rstrip("\n")
+    assert with_source_lines("not a dump\n\x00", 100) == "not a dump\n\x00"
+
+
+def test_a_file_changed_since_is_read_again(tmp_path: Path) -> None:
+    source = tmp_path / "train.py"
+    source.write_text("old()\n")
+    dump = f'Stack (most recent call first):\n  File "{source}", line 1 in main\n'
+    assert with_source_lines(dump, 4096).endswith("\n    old()\n")
+    source.write_text("the_new_one()\n")
+    assert with_source_lines(dump, 4096).endswith("\n    the_new_one()\n")
+
+
+def test_a_fault_stack_has_its_source_lines_and_cuts_with_them(
+    tmp_path: Path, fault_dump: str
+) -> None:
+    (tmp_path / env.WORKER_FAULT_FILE).write_text(fault_dump)
+    report = read_worker_report(str(tmp_path / "error.json"))
+    assert report is not None and report.fault_stack is not None
+    assert "in crash\n    ctypes.string_at(0)  # INNERMOST\n" in report.fault_stack
+    cut = innermost_frames(report.fault_stack, 400)
+    assert size(cut) <= 400
+    lines = cut.splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    assert frames and all(lines[i + 1].startswith("    ") for i in frames)  # never apart
+    assert all(lines[i - 1].startswith("  File ") for i, x in enumerate(lines) if x[:4] == "    ")
+    (omitted,) = MARKER.findall(cut)
+    section = report.fault_stack.split("Current thread")[1].split("\n\n")[0]
+    every = [line for line in section.splitlines() if line.startswith("  File ")]
+    assert int(omitted) + len(frames) == len(every)
