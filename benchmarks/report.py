@@ -23,6 +23,7 @@ SECTION_TITLES = (
     "## 8. Fork guard",
     "## 9. Hang diagnosis",
     "## 10. Trace sizes",
+    "## 11. Flight Recorder",
 )
 
 LABELS = {
@@ -206,6 +207,17 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
             )
         )
     rows += _training_targets(results.get("training") or {})
+    fr = results.get("flight_recorder") or {}
+    if fr.get("ratio_median") is not None:
+        rows.append(
+            (
+                "11. training thread's real all_reduce with the collectives thread polling "
+                "(0.5 s) ÷ without",
+                f"{_x(fr['ratio_median'], 3)} median",
+                "≤ 1.01x",
+                fr["ratio_median"] <= 1.01,
+            )
+        )
     rows += _trace_size_targets(results.get("trace_sizes") or {})
     mem = results.get("memory") or {}
     if "samples" in mem:
@@ -783,6 +795,67 @@ def _recovery(rec: dict[str, Any]) -> list[str]:
     return lines + _failures(rec["variants"])
 
 
+def _flight_recorder(fr: dict[str, Any]) -> list[str]:
+    c = fr["config"]
+    lines = [
+        SECTION_TITLES[12],
+        "",
+        "A real one-rank gloo process group whose Flight Recorder buffer is full (2,000 "
+        "entries), in a child pinned to one CPU (`benchmarks/flight_recorder.py`). Its training "
+        f"thread times blocks of {c['calls']:,} real `all_reduce` calls (256 floats) with the "
+        "worker's collectives thread polling every 0.5 s, its shortest period, and without it, "
+        f"interleaved ({c['blocks']} blocks each). Then: one poll of the thread (the status "
+        "read, and the file rewritten since a collective ran meanwhile), the agent's read of "
+        "that file per worker and check, and a whole-record dump, without stack traces, as a "
+        "stall or an open collective's identification takes it (it holds the GIL).",
+        "",
+    ]
+    lines += _table(
+        ["measure", "median", "p90", "max"],
+        [
+            (
+                "`all_reduce` without the thread, µs",
+                _f(fr["collective_us"]["off"]["median"], 2),
+                _f(fr["collective_us"]["off"]["p90"], 2),
+                _f(fr["collective_us"]["off"]["max"], 2),
+            ),
+            (
+                "`all_reduce` with the thread, µs",
+                _f(fr["collective_us"]["on"]["median"], 2),
+                _f(fr["collective_us"]["on"]["p90"], 2),
+                _f(fr["collective_us"]["on"]["max"], 2),
+            ),
+            (
+                "the thread's poll, µs",
+                _f(fr["poll_us"]["median"]),
+                _f(fr["poll_us"]["p90"]),
+                _f(fr["poll_us"]["max"]),
+            ),
+            (
+                "the agent's read of a worker's file, µs",
+                _f(fr["agent_read_us"]["median"]),
+                _f(fr["agent_read_us"]["p90"]),
+                _f(fr["agent_read_us"]["max"]),
+            ),
+            (
+                "whole-record dump of 2,000 entries, ms",
+                _f(fr["dump_ms"]["median"], 2),
+                _f(fr["dump_ms"]["p90"], 2),
+                _f(fr["dump_ms"]["max"], 2),
+            ),
+        ],
+    )
+    lines += [
+        "",
+        f"With ÷ without the thread: median {_x(fr['ratio_median'], 3)}. A dump of 2,000 "
+        f"entries is {fr['dump_bytes'] / 1e3:,.0f} kB; the requested dump (read, completed "
+        f"and written by the thread) took {_f(fr['requested_dump_ms'], 1)} ms and wrote "
+        f"{fr['file_bytes'] / 1e3:,.0f} kB.",
+        "",
+    ]
+    return lines
+
+
 def _fork(fk: dict[str, Any]) -> list[str]:
     lines = [
         SECTION_TITLES[9],
@@ -1343,6 +1416,7 @@ def render(results: dict[str, Any]) -> str:
         ("fork", lambda: _fork(results["fork"])),
         ("training", lambda: _training(results["training"])),
         ("trace_sizes", lambda: _trace_sizes(results["trace_sizes"])),
+        ("flight_recorder", lambda: _flight_recorder(results["flight_recorder"])),
     ]
     errors = results.get("errors", {})
     for i, (key, fn) in enumerate(sections):

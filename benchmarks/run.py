@@ -48,6 +48,7 @@ SECTIONS = (
     "fork",
     "training",
     "trace_sizes",
+    "flight_recorder",
 )
 
 
@@ -63,6 +64,7 @@ def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, 
     from benchmarks import (
         caller_cost,
         exit_delay,
+        flight_recorder,
         fork,
         memory,
         recovery,
@@ -85,6 +87,7 @@ def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, 
         "fork": lambda: fork.run(quick),
         "training": lambda: training.run(quick),
         "trace_sizes": lambda: trace_sizes.run(quick),
+        "flight_recorder": lambda: flight_recorder.run(quick),
     }
     results["load"] = {}
     for name in sections:

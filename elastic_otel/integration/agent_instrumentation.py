@@ -76,7 +76,7 @@ from typing import Any, NamedTuple
 from elastic_otel.bridge.handler import OtelHandler, get_handler
 from elastic_otel.integration.goodput import GOODPUT
 from elastic_otel.integration.oom_kills import oom_kill_count
-from elastic_otel.integration.training_watch import WATCH, WatchedWorker
+from elastic_otel.integration.training_watch import WATCH, FlightRecorderDumps, WatchedWorker
 from elastic_otel.model.failures import WorkerEnd, classify, root_cause
 from elastic_otel.model.goodput import Summary
 from elastic_otel.model.stalls import STALL_EVENT_NAME, STALL_STATE, TRAINING, TrainingStall
@@ -420,9 +420,12 @@ def _watch_workers(agent: Any, worker_group: Any, bridge: OtelHandler) -> None:
         ]
 
         def report(
-            reason: str, stacks: list[tuple[WatchedWorker, str]], stall: TrainingStall | None
+            reason: str,
+            stacks: list[tuple[WatchedWorker, str]],
+            stall: TrainingStall | None,
+            dumps: FlightRecorderDumps | None,
         ) -> None:
-            _report_stacks_and_stall(agent, bridge, reason, stacks, stall)
+            _report_stacks_and_stall(agent, bridge, reason, stacks, stall, dumps)
 
         observe: Callable[[int, list[WorkerProgress]], None] | None = None
         if bridge.settings.goodput:
@@ -488,18 +491,26 @@ def _report_stacks_and_stall(
     reason: str,
     stacks: list[tuple[WatchedWorker, str]],
     stall: TrainingStall | None,
+    dumps: FlightRecorderDumps | None = None,
 ) -> None:
-    """One record per worker's stacks (on its span), then the training stall's report."""
+    """One record per worker's stacks (on its span), then the training stall's report; each
+    names the directory of the workers' Flight Recorder dumps taken with them."""
     from torch.distributed.elastic.events import EventSource
 
     frames: dict[int, str] = {}
     now_ms = int(time.time() * 1000)
+    dump_facts: dict[str, Any] = {}
+    if dumps is not None:
+        dump_facts["flight_recorder.dump"] = dumps.directory
+        if dumps.unanswered:
+            dump_facts["flight_recorder.unanswered"] = ",".join(map(str, dumps.unanswered))
     for watched, text in stacks:
         frame = main_thread_frame(text) or ""
         frames[watched.global_rank] = frame
         event = _construct(agent, STACKS_STATE, EventSource.AGENT, watched.worker)
         event.name = WORKER_STACKS_EVENT
         event.metadata.update({"stacks": text, "stacks.reason": reason, "stack.frame": frame})
+        event.metadata.update(dump_facts)
         event.timestamp = now_ms
         bridge.info(event)
     if stall is None:
@@ -516,6 +527,9 @@ def _report_stacks_and_stall(
     if stall.collective:
         facts["stalled.collective"] = stall.collective
         facts["stalled.collective_number"] = stall.number
+    if stall.group is not None:
+        facts["stalled.process_group"] = stall.group
+    facts.update(dump_facts)
     first = frames.get(stall.waited_for[0]) if stall.waited_for else None
     if first:
         facts["stack.frame"] = first

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import time
 import weakref
@@ -40,8 +41,13 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from elastic_otel.model.stalls import RankProgress, TrainingStall, training_stall
-from elastic_otel.names.environment_variables import WORKER_STACKS_FILE
+from elastic_otel.model.stalls import RankProgress, TrainingStall, rank_progress, training_stall
+from elastic_otel.names.environment_variables import (
+    WORKER_FLIGHT_RECORDER_FILE,
+    WORKER_REQUESTS_FIFO,
+    WORKER_STACKS_FILE,
+)
+from elastic_otel.parsing.collectives import poll_period, read_collectives
 from elastic_otel.parsing.worker_progress import (
     MAX_STACK_BYTES,
     WorkerProgress,
@@ -53,8 +59,14 @@ from elastic_otel.parsing.worker_reports import with_source_lines
 _logger = logging.getLogger("elastic_otel")
 
 STACK_WAIT_S = 0.5
-"""Longest wait for the workers' stack dumps (before a stop, or on a stall)."""
+"""Longest wait for the workers' stack and Flight Recorder dumps before a stop (it delays the
+restart)."""
+STALL_WAIT_S = 2.0
+"""Longest wait for them on a stall (on the watch's own thread: it delays nothing)."""
 _POLL_S = 0.02
+DUMPS_KEPT = 8
+"""Flight Recorder dump directories kept per attempt directory (the oldest are removed)."""
+DUMPS_DIRECTORY = "flight_recorder"
 
 REASON_TRAINING = "training"
 REASON_STALL = "stall"
@@ -73,8 +85,20 @@ class WatchedWorker:
     stacks_offset: int = 0
 
 
-Report = Callable[[str, list[tuple["WatchedWorker", str]], "TrainingStall | None"], None]
-"""``report(reason, [(worker, stacks)], stall)``: hand what was found to the bridge."""
+@dataclass(frozen=True, slots=True)
+class FlightRecorderDumps:
+    """The workers' Flight Recorder dumps taken together: a directory ``torchfrtrace`` reads."""
+
+    directory: str
+    ranks: tuple[int, ...]  # global ranks whose dump is there
+    unanswered: tuple[int, ...]  # global ranks asked that wrote none in time
+
+
+Report = Callable[
+    [str, list[tuple["WatchedWorker", str]], "TrainingStall | None", "FlightRecorderDumps | None"],
+    None,
+]
+"""``report(reason, [(worker, stacks)], stall, dumps)``: hand what was found to the bridge."""
 
 
 @dataclass(slots=True)
@@ -145,7 +169,7 @@ class TrainingWatch:
     # --- the thread --------------------------------------------------------------------------
 
     def _run(self, after_s: float) -> None:
-        period = min(max(after_s / 4, 0.5), 5.0)
+        period = poll_period(after_s)
         while True:
             self._wake.wait(period)
             self._wake.clear()
@@ -165,15 +189,10 @@ class TrainingWatch:
             if progress is None or progress.pid != worker.pid:
                 continue
             group.seen[worker.global_rank] = progress
-            ranks.append(
-                RankProgress(
-                    global_rank=worker.global_rank,
-                    collective=progress.collective,
-                    entered=progress.entered,
-                    step=progress.step,
-                    progress_ns=progress.progress_ns,
-                )
-            )
+            collectives = read_collectives(worker.directory)
+            if collectives is not None and collectives.pid != worker.pid:
+                collectives = None
+            ranks.append(rank_progress(worker.global_rank, progress, collectives))
         if group.observe is not None:
             group.observe(now_ns, [group.seen[r.global_rank] for r in ranks])
         stall = training_stall(ranks, now_ns, group.after_ns)
@@ -190,7 +209,8 @@ class TrainingWatch:
             self._take_stacks(group, REASON_STALL, None)
 
     def _take_stacks(self, group: _Group, reason: str, stall: TrainingStall | None) -> None:
-        """Signal every worker that armed the stack signal, wait for their dumps, report."""
+        """Signal every worker that armed the stack signal and ask every one that reads its
+        Flight Recorder for a dump; wait for both; report."""
         asked: list[WatchedWorker] = []
         for worker in group.workers:
             progress = read_progress(worker.directory) or group.seen.get(worker.global_rank)
@@ -201,13 +221,16 @@ class TrainingWatch:
             except OSError:  # gone already
                 continue
             asked.append(worker)
+        dumps_asked = {w.global_rank: n for w in group.workers if (n := _ask_dump(w)) is not None}
         # A dump is whole once its file stopped growing for one poll: all workers are waited
         # for together, so that the wait does not grow with their number (it delays the
         # restart when taken before a stop).
-        deadline = time.monotonic() + STACK_WAIT_S
+        wait_s = STACK_WAIT_S if reason == REASON_BEFORE_STOP else STALL_WAIT_S
+        deadline = time.monotonic() + wait_s
         found: dict[int, str] = {}
         sizes: dict[int, int] = {}
-        while asked and time.monotonic() < deadline:
+        dumped: set[int] = set()
+        while (asked or dumps_asked) and time.monotonic() < deadline:
             time.sleep(_POLL_S)
             for worker in asked:
                 rank = worker.global_rank
@@ -220,7 +243,13 @@ class TrainingWatch:
                     if text:
                         found[rank] = text
                 sizes[rank] = size
-            if len(found) == len(asked):
+            for worker in group.workers:
+                rank = worker.global_rank
+                if rank in dumps_asked and rank not in dumped:
+                    collectives = read_collectives(worker.directory)
+                    if collectives is not None and collectives.dumps > dumps_asked[rank]:
+                        dumped.add(rank)
+            if len(found) == len(asked) and len(dumped) == len(dumps_asked):
                 break
         # Each frame's source line, in the room the record has: what was read, and what the
         # emitter keeps of a record's body (it clips the end, where the main thread is). The
@@ -233,7 +262,8 @@ class TrainingWatch:
             for w in asked
             if w.global_rank in found
         ]
-        group.report(reason, stacks, stall)
+        dumps = _gather_dumps(group.workers, dumped, set(dumps_asked) - dumped, reason)
+        group.report(reason, stacks, stall, dumps)
 
     def _recompute_current(self) -> None:
         with self._lock:
@@ -246,6 +276,54 @@ class TrainingWatch:
         self._thread = None
         self._wake = threading.Event()
         self.current = 0.0
+
+
+def _ask_dump(worker: WatchedWorker) -> int | None:
+    """Ask ``worker``'s collectives thread for a Flight Recorder dump (a byte on its FIFO):
+    the number of dumps it had written, or ``None`` if it reads no Flight Recorder."""
+    collectives = read_collectives(worker.directory)
+    if collectives is None or collectives.pid != worker.pid:
+        return None
+    try:
+        fd = os.open(
+            os.path.join(worker.directory, WORKER_REQUESTS_FIFO), os.O_WRONLY | os.O_NONBLOCK
+        )
+    except OSError:  # no reader: the worker or its thread is gone
+        return None
+    try:
+        os.write(fd, b"d")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return collectives.dumps
+
+
+def _gather_dumps(
+    workers: list[WatchedWorker], dumped: set[int], unanswered: set[int], reason: str
+) -> FlightRecorderDumps | None:
+    """Link the fresh dumps into one new directory, ``rank_<global rank>`` each, beside the
+    attempt's worker directories; keep the newest :data:`DUMPS_KEPT` such directories."""
+    if not dumped and not unanswered:
+        return None
+    attempt = os.path.dirname(workers[0].directory)
+    root = os.path.join(attempt, DUMPS_DIRECTORY)
+    directory = os.path.join(root, f"{reason}-{time.time_ns() // 1_000_000}")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        for worker in workers:
+            if worker.global_rank in dumped:
+                source = os.path.join(worker.directory, WORKER_FLIGHT_RECORDER_FILE)
+                target = os.path.join(directory, f"rank_{worker.global_rank}")
+                try:
+                    os.link(source, target)  # the worker replaces its file: this one stays
+                except OSError:
+                    shutil.copyfile(source, target)
+        for old in sorted(os.listdir(root), key=lambda n: int(n.rpartition("-")[2]))[:-DUMPS_KEPT]:
+            shutil.rmtree(os.path.join(root, old), ignore_errors=True)
+    except (OSError, ValueError):
+        _logger.debug("elastic-otel: flight recorder dumps not gathered", exc_info=True)
+    return FlightRecorderDumps(directory, tuple(sorted(dumped)), tuple(sorted(unanswered)))
 
 
 def _size(path: str) -> int:

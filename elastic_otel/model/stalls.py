@@ -21,7 +21,9 @@ from typing import TypeGuard
 
 from elastic_otel.model.spans import LogOut, SpanAttributes, SpanRecord
 from elastic_otel.names import attributes as A
+from elastic_otel.parsing.collectives import CollectiveProgress
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind
+from elastic_otel.parsing.worker_progress import WorkerProgress
 
 STALL_EVENT_NAME = "torchelastic.stalled"
 STALL_STATE = "STALLED"
@@ -108,13 +110,17 @@ def stall_event(wait: Wait, seconds: float, now_ns: int) -> ElasticEvent:
 
 @dataclass(frozen=True, slots=True)
 class RankProgress:
-    """What a local rank's progress record says (:mod:`elastic_otel.worker.progress`)."""
+    """Where a local rank is: from its progress record (:mod:`elastic_otel.worker.progress`:
+    the Python collectives, the marked step) and, where torch keeps one, its process groups'
+    Flight Recorder (:mod:`elastic_otel.parsing.collectives`), which sees every collective."""
 
     global_rank: int
     collective: str | None  # the collective it is in now (None: in none)
-    entered: int  # collectives it has entered so far
+    entered: int  # collectives it has entered so far (in ``group``, when there is one)
     step: int | None  # the last step the script marked (None: it marks none)
     progress_ns: int  # when it last entered or left a collective or marked a step
+    group: str | None = None  # the process group of ``collective`` (None: unknown)
+    issued: tuple[tuple[str, int], ...] = ()  # (group, last collective issued) per group
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,19 +131,54 @@ class TrainingStall:
     waiting: tuple[int, ...]  # global ranks inside the collective the node waits in
     waited_for: tuple[int, ...]  # local global ranks the waiting ones wait for (may be none)
     collective: str | None  # the collective they wait in
-    number: int  # which collective of the job that is (1: the first)
+    number: int  # which collective that is (1: the first; of ``group`` when there is one)
+    group: str | None = None  # its process group, where the Flight Recorder says
+
+
+def rank_progress(
+    global_rank: int, progress: WorkerProgress, collectives: CollectiveProgress | None
+) -> RankProgress:
+    """Where a rank is, from its progress record and its Flight Recorder reading (which wins
+    on the collective: it sees all of them; the record adds the marked step)."""
+    groups = collectives.groups if collectives is not None else ()
+    if collectives is None or not groups:
+        return RankProgress(
+            global_rank, progress.collective, progress.entered, progress.step, progress.progress_ns
+        )
+    issued = tuple((g.name, g.issued) for g in groups)
+    progress_ns = max(progress.progress_ns, collectives.progress_ns)
+    inside = collectives.open_group()
+    if inside is not None:
+        op = inside.op or progress.collective or "collective"
+        return RankProgress(
+            global_rank, op, inside.issued, progress.step, progress_ns, inside.name, issued
+        )
+    if progress.collective is not None:  # one the Flight Recorder does not count (send, recv)
+        return RankProgress(
+            global_rank,
+            progress.collective,
+            progress.entered,
+            progress.step,
+            progress_ns,
+            None,
+            issued,
+        )
+    default = collectives.group("0") or groups[0]
+    entered = max(default.issued, progress.entered)
+    return RankProgress(global_rank, None, entered, progress.step, progress_ns, None, issued)
 
 
 def training_stall(ranks: list[RankProgress], now_ns: int, after_ns: int) -> TrainingStall | None:
     """A training stall when no rank of ``ranks`` made progress for ``after_ns``.
 
-    The ranks inside the latest collective any of them entered wait there; every other local
-    rank (in no collective, or in an earlier one) is one they wait for. With no rank in a
-    collective, ranks behind the others' last marked step are waited for. When every local
-    rank waits in the same collective, the ranks they wait for are on other nodes: that
-    node's report names them. Training begins with the first collective a local rank enters
-    (or the first step it marks): a slow start (imports, ``init_process_group`` of thousands of
-    ranks) is not a training stall.
+    The ranks inside the latest collective any of them entered wait there. Where the Flight
+    Recorder names the process group, the ranks waited for are the local members of that group
+    that never issued it (their last collective in the group is an earlier one); otherwise every
+    other local rank is. With no rank in a collective, ranks behind the others' last marked
+    step are waited for. When every local rank waits in the same collective, the ranks they
+    wait for are on other nodes: that node's report names them. Training begins with the first
+    collective a local rank enters (or the first step it marks): a slow start (imports,
+    ``init_process_group`` of thousands of ranks) is not a training stall.
     """
     if not ranks or after_ns <= 0:
         return None
@@ -147,7 +188,9 @@ def training_stall(ranks: list[RankProgress], now_ns: int, after_ns: int) -> Tra
     if now_ns - last < after_ns:
         return None
     inside = [r for r in ranks if r.collective is not None]
+    group = _waited_group(inside)
     if inside:
+        inside = [r for r in inside if r.group == group]
         number = max(r.entered for r in inside)
         waiting = [r for r in inside if r.entered == number]
         collective = waiting[0].collective
@@ -159,13 +202,28 @@ def training_stall(ranks: list[RankProgress], now_ns: int, after_ns: int) -> Tra
         if len(waiting) == len(ranks):
             waiting = []  # all at the same step, none in a collective: nobody waits on a rank
     waited_for = [r for r in ranks if r not in waiting] if waiting else []
+    if group is not None:
+        waited_for = [r for r in waited_for if dict(r.issued).get(group, number) < number]
     return TrainingStall(
         seconds=(now_ns - last) / 1e9,
         waiting=tuple(sorted(r.global_rank for r in waiting)),
         waited_for=tuple(sorted(r.global_rank for r in waited_for)),
         collective=collective,
         number=number,
+        group=group,
     )
+
+
+def _waited_group(inside: list[RankProgress]) -> str | None:
+    """The process group most ranks inside a collective wait in (the default group, ``0``,
+    on a tie); ``None`` where none is known."""
+    counts: dict[str, int] = {}
+    for r in inside:
+        if r.group is not None:
+            counts[r.group] = counts.get(r.group, 0) + 1
+    if not counts:
+        return None
+    return max(counts, key=lambda g: (counts[g], g == "0"))
 
 
 def describe_training_stall(attributes: SpanAttributes) -> str:
@@ -178,16 +236,23 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     if waiting and collective:
         number = attributes.get(A.STALLED_COLLECTIVE_NUMBER)
         which = f" #{number}" if number else ""
+        group = attributes.get(A.STALLED_PROCESS_GROUP)
+        which += f" of process group {group}" if group is not None else ""
         text += f": global ranks {waiting} wait in {collective}{which}"
     ranks = _rank_text(attributes.get(A.STALLED_RANKS))
     frame = attributes.get(A.STACK_FRAME)
     if ranks:
         text += f"; waiting for global rank {ranks}"
         text += f" (in {frame})" if frame else ""
+        if attributes.get(A.STALLED_PROCESS_GROUP) is not None and collective:
+            text += ", which never entered it"
     elif waiting:
         text += "; waiting for ranks on other nodes"
     else:
         text += "; no rank is in a collective"
+    unanswered = _rank_text(attributes.get(A.FLIGHT_RECORDER_UNANSWERED))
+    if unanswered:
+        text += f"; no Flight Recorder dump from global rank {unanswered} (holding the GIL?)"
     return text
 
 

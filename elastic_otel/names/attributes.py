@@ -71,7 +71,16 @@ STALLED_WAITING: Final = "torchelastic.stalled.waiting"
 STALLED_COLLECTIVE: Final = "torchelastic.stalled.collective"
 """On a training stall: the collective the waiting ranks are in (``all_reduce``, ``barrier``)."""
 STALLED_COLLECTIVE_NUMBER: Final = "torchelastic.stalled.collective_number"
-"""Which collective of the job that is, counted by each rank since it started (1: the first)."""
+"""Which collective that is (1: the first): its sequence number in its process group where
+torch's Flight Recorder says, else counted by each rank's Python collectives."""
+STALLED_PROCESS_GROUP: Final = "torchelastic.stalled.process_group"
+"""On a training stall: the process group of the collective (torch's group name, ``0``: the
+default group), where torch's Flight Recorder says."""
+FLIGHT_RECORDER_DUMP: Final = "torchelastic.flight_recorder.dump"
+"""On a training stall and before workers are stopped: the directory of the workers' Flight
+Recorder dumps, one file per global rank (``rank_<n>``), as ``torchfrtrace`` reads them."""
+FLIGHT_RECORDER_UNANSWERED: Final = "torchelastic.flight_recorder.unanswered"
+"""Global ranks that did not write their dump in time (a worker holding the GIL in C code)."""
 STACK_FRAME: Final = "torchelastic.stack.frame"
 """On a worker stack record: the innermost frame of the worker's main thread
 (``sleep at train.py:42``); on a training stall: that of the rank waited for."""

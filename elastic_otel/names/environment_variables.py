@@ -169,6 +169,16 @@ WORKER_ERROR_FILE = "elastic_otel_error.json"
 beside the worker's error file."""
 WORKER_PROGRESS_FILE = "elastic_otel_progress.bin"
 WORKER_STACKS_FILE = "elastic_otel_stacks.log"
+WORKER_COLLECTIVES_FILE = "elastic_otel_collectives.json"
+"""The worker's process groups as torch's Flight Recorder has them (last collective issued and
+completed in each, the open one's op), written by :mod:`elastic_otel.worker.collectives`."""
+WORKER_REQUESTS_FIFO = "elastic_otel_requests"
+"""A FIFO the worker's collectives thread reads: a byte from the agent asks for a dump."""
+WORKER_FLIGHT_RECORDER_FILE = "elastic_otel_flight_recorder.pkl"
+"""The worker's whole Flight Recorder record, in torch's pickle format, on the agent's request."""
+ELASTIC_OTEL_FLIGHT_RECORDER = "ELASTIC_OTEL_FLIGHT_RECORDER"
+"""``false``: workers do not read torch's Flight Recorder (collective progress then comes only
+from the Python collectives the progress record wraps), and no dump is taken."""
 
 # --- OTLP JSON file exporters (elastic_otel.emit.otlp_json) ---------------------------------------
 

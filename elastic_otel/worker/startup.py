@@ -43,6 +43,8 @@ and the agent, which outlives it, reads them (:mod:`elastic_otel.parsing.worker_
   ``elastic_otel.mark_step``), with the stack signal armed above: the agent signals only a
   worker whose record names one, since an unhandled real-time signal kills the process. The
   collectives are wrapped by a one-shot import hook, as torch imports ``distributed_c10d``.
+* Collectives whoever issued them (DDP's reducer, functional collectives, compiled graphs):
+  :mod:`elastic_otel.worker.collectives` reads torch's Flight Recorder on a daemon thread.
 
 Only ``os`` and ``sys`` are imported up front: a process that is not a worker pays nothing.
 """
@@ -454,12 +456,21 @@ class _CollectivesLoader:
         return getattr(self.loader, name)
 
 
+def _watch_collectives(directory: str) -> None:
+    """The process groups' progress from torch's Flight Recorder, on a thread of its own
+    (:mod:`elastic_otel.worker.collectives`)."""
+    from elastic_otel.worker import collectives
+
+    collectives.start(directory)
+
+
 FEATURES = (
     _record_fatal_signals,
     _record_uncaught_exceptions,
     _follow_exec,
     _dump_stacks_on_signal,
     _record_progress,
+    _watch_collectives,
 )
 """What :func:`start` arms in a worker, in order, each on its own: a function of torch's
 error-file directory. The stack signal comes before the progress record, which names it."""

@@ -503,7 +503,12 @@ def test_an_exec_starts_a_new_record_for_the_same_pid(tmp_path: Path, error_file
     assert progress is not None
     assert (progress.pid, progress.step, progress.stack_signal) == (int(done.stdout), 3, RTMIN3)
     assert sorted(p.name for p in error_file.parent.iterdir()) == sorted(
-        [env.WORKER_FAULT_FILE, env.WORKER_PROGRESS_FILE, env.WORKER_STACKS_FILE]
+        [
+            env.WORKER_FAULT_FILE,
+            env.WORKER_PROGRESS_FILE,
+            env.WORKER_STACKS_FILE,
+            env.WORKER_REQUESTS_FIFO,  # the collectives thread's, kept across the exec
+        ]
     )
 
 

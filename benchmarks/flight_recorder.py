@@ -1,0 +1,122 @@
+"""Section 11: what reading torch's Flight Recorder costs (issue 28).
+
+A child process runs a real one-rank gloo process group and fills the Flight Recorder's ring
+buffer (2,000 entries by default) with all-reduces. It times, on its training thread, blocks of
+real ``all_reduce`` calls with the worker's collectives thread
+(:class:`elastic_otel.worker.collectives.CollectivesWatch`) polling every 0.5 s (its shortest
+period) and without it, interleaved: the ratio is what the thread costs the training thread. It
+also times the thread's poll (the status read, tens of µs), the agent's read of the file
+(:func:`elastic_otel.parsing.collectives.read_collectives`), and a whole-record dump of the full
+buffer (what a stall, or an open collective's identification, costs): its time, the GIL it
+holds and its size.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from benchmarks import common
+
+
+def child(config: dict[str, Any]) -> dict[str, Any]:
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from elastic_otel.parsing.collectives import read_collectives
+    from elastic_otel.worker.collectives import CollectivesWatch
+
+    common.pin(common.measured_cpu())
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    tensor = torch.ones(256)
+    for _ in range(2_100):  # a full ring buffer
+        dist.all_reduce(tensor)
+    directory = tempfile.mkdtemp(prefix="bench_fr_")
+
+    def block() -> float:
+        t0 = time.perf_counter()
+        for _ in range(config["calls"]):
+            dist.all_reduce(tensor)
+        return (time.perf_counter() - t0) / config["calls"]
+
+    on: list[float] = []
+    off: list[float] = []
+    for _ in range(config["blocks"]):
+        off.append(block())
+        stop = threading.Event()
+        watch = CollectivesWatch(directory, 0.5, 3600.0)
+
+        def poll_until_stopped(w: CollectivesWatch = watch, s: threading.Event = stop) -> None:
+            while not s.wait(w.period_s):
+                w.poll(time.time_ns())
+
+        thread = threading.Thread(target=poll_until_stopped, daemon=True)
+        thread.start()
+        on.append(block())
+        stop.set()
+        thread.join()
+
+    watch = CollectivesWatch(directory, 0.5, 3600.0)
+    polls = []
+    for _ in range(config["polls"]):
+        dist.all_reduce(tensor)  # something changed: the file is rewritten each time
+        t0 = time.perf_counter()
+        watch.poll(time.time_ns())
+        polls.append(time.perf_counter() - t0)
+    reads = []
+    for _ in range(config["polls"]):
+        t0 = time.perf_counter()
+        read_collectives(directory)
+        reads.append(time.perf_counter() - t0)
+    extension = torch._C._distributed_c10d
+    dumps, sizes = [], []
+    for _ in range(config["dumps"]):
+        t0 = time.perf_counter()
+        raw = extension._dump_fr_trace(includeStackTraces=False)
+        dumps.append(time.perf_counter() - t0)
+        sizes.append(len(raw))
+    t0 = time.perf_counter()
+    watch.poll(time.time_ns(), dump=True)
+    requested = time.perf_counter() - t0
+    file_bytes = os.path.getsize(os.path.join(directory, "elastic_otel_flight_recorder.pkl"))
+    return {
+        "collective_us": {"off": [t * 1e6 for t in off], "on": [t * 1e6 for t in on]},
+        "poll_us": [t * 1e6 for t in polls],
+        "agent_read_us": [t * 1e6 for t in reads],
+        "dump_ms": [t * 1e3 for t in dumps],
+        "dump_bytes": statistics.median(sizes),
+        "requested_dump_ms": requested * 1e3,
+        "file_bytes": file_bytes,
+    }
+
+
+def run(quick: bool) -> dict[str, Any]:
+    config = (
+        {"calls": 2_000, "blocks": 3, "polls": 50, "dumps": 3}
+        if quick
+        else {"calls": 20_000, "blocks": 8, "polls": 500, "dumps": 10}
+    )
+    raw = common.run_child("benchmarks.flight_recorder", config, common.clean_env())
+    off = statistics.median(raw["collective_us"]["off"])
+    on = statistics.median(raw["collective_us"]["on"])
+    return {
+        "config": config,
+        "collective_us": {k: common.summarize(v) for k, v in raw["collective_us"].items()},
+        "ratio_median": common.ratio(on, off),
+        "poll_us": common.summarize(raw["poll_us"]),
+        "agent_read_us": common.summarize(raw["agent_read_us"]),
+        "dump_ms": common.summarize(raw["dump_ms"]),
+        "dump_bytes": raw["dump_bytes"],
+        "requested_dump_ms": raw["requested_dump_ms"],
+        "file_bytes": raw["file_bytes"],
+    }
+
+
+if __name__ == "__main__":
+    common.child_main(sys.argv[1:], child)

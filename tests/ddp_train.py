@@ -1,0 +1,52 @@
+"""Real training for the hang tests: a small ``DistributedDataParallel`` model (gloo), whose
+gradient all-reduces DDP's C++ reducer issues, not Python. Global rank ``HANG_RANK`` stops
+before its ``backward()`` at step 5 (a sleep standing in for a stuck data loader) while the
+other ranks wait inside theirs, in DDP's all-reduce. ``FUNCTIONAL=1`` averages the gradients
+with ``torch.distributed._functional_collectives`` instead of DDP (as FSDP2 and tensor
+parallelism do). No ``elastic_otel`` call and no ``@record``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def stuck_data_loader() -> None:
+    time.sleep(600)  # HANG LINE
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    hang_rank = int(os.environ.get("HANG_RANK", "-1"))
+    functional = os.environ.get("FUNCTIONAL") == "1"
+    torch.manual_seed(0)
+    model: torch.nn.Module = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)
+    )
+    if not functional:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(int(os.environ.get("STEPS", "1000000"))):
+        inputs, targets = torch.randn(16, 32), torch.randn(16, 1)
+        loss = torch.nn.functional.mse_loss(model(inputs), targets)
+        if step == 5 and rank == hang_rank:
+            stuck_data_loader()
+        loss.backward()
+        if functional:
+            import torch.distributed._functional_collectives as funcol
+
+            for p in model.parameters():
+                assert p.grad is not None
+                p.grad = funcol.all_reduce(p.grad, "avg", dist.group.WORLD).wait()
+        optimizer.step()
+        optimizer.zero_grad()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Hangs named for the training users run (issue 28): DDP, whose gradient all-reduces come from
+its C++ reducer, and functional collectives, neither of which passes through the Python
+collectives. Real two-node torchrun jobs (c10d, gloo, two workers per node), a training
+script with no ``elastic_otel`` call (tests/ddp_train.py): global rank 1 stops before its
+``backward()`` at step 5 while ranks 0, 2 and 3 wait inside theirs. The collective, its
+process group and sequence number come from torch's Flight Recorder, read by each worker's
+collectives thread; its dumps are left where ``torchfrtrace`` reads them.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from jobs import job_env, start_agent
+from otlp_receiver import OtlpReceiver, free_port
+
+from elastic_otel.names import attributes as A
+
+pytestmark = pytest.mark.e2e
+
+SCRIPT = Path(__file__).resolve().parent.parent / "ddp_train.py"
+HANG_LINE = next(
+    n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if "# HANG LINE" in line
+)
+STALL_AFTER_S = 4.0
+INTERVAL_S = min(max(STALL_AFTER_S / 4, 0.5), 5.0)  # the training watch's poll period
+STALLED = "torchelastic.stalled"
+
+
+def _training_stalls(receiver: OtlpReceiver) -> list[dict]:
+    return [
+        r
+        for r in receiver.logs()
+        if r["event_name"] == STALLED and r["attributes"].get(A.STALLED_IN) == "training"
+    ]
+
+
+def _stacks(receiver: OtlpReceiver, rank: int, reason: str) -> list[dict]:
+    return [
+        r
+        for r in receiver.logs()
+        if r["attributes"].get(A.STACKS_REASON) == reason
+        and r["attributes"].get(A.GLOBAL_RANK) == rank
+    ]
+
+
+def _hang(receiver: OtlpReceiver, tmp_path: Path, waits_in: str, **extra: str) -> list[dict]:
+    """Run the hung job until both nodes reported, end it as an operator would (SIGTERM);
+    the worker spans. ``waits_in``: a frame of a waiting rank's stack."""
+    env = job_env(receiver, tmp_path, HANG_RANK="1", **extra)
+    env["ELASTIC_OTEL_STALL_AFTER"] = str(STALL_AFTER_S)
+    port, run_id = free_port(), f"ddp-{uuid.uuid4().hex[:6]}"
+    logs = [tmp_path / f"node{n}" for n in range(2)]
+    agents = [
+        start_agent(env, port, run_id, nproc=2, script=SCRIPT, extra_args=(f"--log-dir={d}",))
+        for d in logs
+    ]
+    try:
+        (stall,) = receiver.wait_for_logs(
+            1,
+            timeout=120,
+            where=lambda r: (
+                r in _training_stalls(receiver) and r["attributes"].get(A.STALLED_RANKS) == [1]
+            ),
+        )[:1]
+        attrs = stall["attributes"]
+        assert stall["severity_text"] == "WARN"
+        assert attrs[A.STALLED_SECONDS] <= STALL_AFTER_S + INTERVAL_S + 3.0, attrs
+        assert attrs[A.STALLED_COLLECTIVE] == "all_reduce", attrs
+        assert attrs[A.STALLED_PROCESS_GROUP] == "0"
+        number = attrs[A.STALLED_COLLECTIVE_NUMBER]
+        assert isinstance(number, int) and number > 1
+        assert attrs[A.STALLED_WAITING] == [0]  # rank 1's neighbour, inside the collective
+        assert attrs[A.STACK_FRAME] == f"stuck_data_loader at ddp_train.py:{HANG_LINE}"
+        assert "no rank is in a collective" not in stall["body"]
+        assert (
+            f"global ranks 0 wait in all_reduce #{number} of process group 0; waiting for "
+            "global rank 1 (in stuck_data_loader" in stall["body"]
+        ), stall["body"]
+
+        # The other node cannot see rank 1: it says which collective its ranks wait in.
+        receiver.wait_until(
+            lambda: [
+                r
+                for r in _training_stalls(receiver)
+                if r["attributes"].get(A.STALLED_WAITING) == [2, 3]
+            ],
+            30,
+        )
+        other = next(
+            r
+            for r in _training_stalls(receiver)
+            if r["attributes"].get(A.STALLED_WAITING) == [2, 3]
+        )
+        assert other["attributes"][A.STALLED_COLLECTIVE_NUMBER] == number
+        assert "waiting for ranks on other nodes" in other["body"]
+
+        # A waiting rank's stack is in the collective; the late rank's shows where it is.
+        waiter = receiver.wait_until(lambda: _stacks(receiver, 0, "training"), 20)[0]
+        assert waits_in in waiter["body"], waiter["body"]
+        sleeper = receiver.wait_until(lambda: _stacks(receiver, 1, "training"), 20)[0]
+        assert f'ddp_train.py", line {HANG_LINE} in stuck_data_loader' in sleeper["body"]
+
+        # The Flight Recorder dumps, one per rank of the node, as torchfrtrace reads them.
+        dumps = Path(attrs[A.FLIGHT_RECORDER_DUMP])
+        assert dumps.is_relative_to(logs[0]) or dumps.is_relative_to(logs[1]), dumps
+        assert sorted(os.listdir(dumps)) == ["rank_0", "rank_1"]
+        trace = pickle.loads((dumps / "rank_0").read_bytes())
+        seqs = {
+            e["collective_seq_id"]
+            for e in trace["entries"]
+            if e["profiling_name"].endswith("all_reduce")
+        }
+        assert number in seqs
+        # torch's own analyzer reads the directory as it is (here one node's ranks)
+        analyzed = subprocess.run(
+            [str(Path(sys.executable).with_name("torchfrtrace")), str(dumps), "-j"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert analyzed.returncode == 0, analyzed.stderr[-3000:]
+        assert "all_reduce" in analyzed.stdout + analyzed.stderr
+    finally:
+        for agent in agents:
+            if agent.proc.poll() is None:
+                agent.proc.send_signal(signal.SIGTERM)
+        for agent in agents:
+            try:
+                agent.proc.wait(60)
+            except Exception:
+                agent.proc.kill()
+    receiver.wait_for_spans(4, timeout=30, where=lambda s: s["name"] == A.SPAN_WORKER)
+    return [s for s in receiver.spans() if s["name"] == A.SPAN_WORKER]
+
+
+def test_a_ddp_hang_names_the_late_rank(grpc_receiver: OtlpReceiver, tmp_path: Path) -> None:
+    workers = _hang(grpc_receiver, tmp_path, "in backward")
+    # Ended by the operator's signal: nobody is ERROR; the waiting ranks are victims.
+    assert {w["attributes"][A.GLOBAL_RANK] for w in workers} == {0, 1, 2, 3}
+    assert all(w["status_code"] != "ERROR" for w in workers), [w["attributes"] for w in workers]
+
+
+def test_a_functional_collectives_hang_names_the_late_rank(
+    grpc_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    _hang(grpc_receiver, tmp_path, "_functional_collectives.py", FUNCTIONAL="1")

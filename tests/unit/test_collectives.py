@@ -1,0 +1,144 @@
+"""Collective progress from the process group's own record (issue 28): the worker's
+collectives thread on a real gloo process group and torch's Flight Recorder, the file it
+writes, and who waits for whom once the process groups are known."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+from elastic_otel.model.stalls import rank_progress, training_stall
+from elastic_otel.parsing.collectives import (
+    CollectiveProgress,
+    GroupProgress,
+    parse_collectives,
+    read_collectives,
+)
+from elastic_otel.parsing.worker_progress import WorkerProgress
+
+S = 1_000_000_000
+
+ONE_RANK_GROUP = """
+import os, sys, time, torch, torch.distributed as dist
+from elastic_otel.worker.collectives import CollectivesWatch
+directory = sys.argv[1]
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+watch = CollectivesWatch(directory, period_s=0.5, identify_after_s=0.0)
+t = torch.ones(8)
+for _ in range(3):
+    dist.all_reduce(t)
+sub = dist.new_group([0])
+dist.broadcast(t, 0, group=sub)
+time.sleep(0.2)  # gloo marks a collective completed just after its call returned
+watch.poll(time.time_ns())
+print("first", open(os.path.join(directory, "elastic_otel_collectives.json")).read())
+watch.poll(time.time_ns(), dump=True)
+print("dumped", open(os.path.join(directory, "elastic_otel_collectives.json")).read())
+"""
+
+
+def test_the_worker_thread_reads_every_process_group(tmp_path: Path) -> None:
+    """A real process group: the default group's three all-reduces and a sub-group's
+    broadcast are counted, none open; a requested dump is torch's own pickle format."""
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_RANK_GROUP, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    first = parse_collectives(json.loads(lines["first"]))
+    assert first is not None and first.dumps == 0 and first.open_group() is None
+    default, sub = first.group("0"), first.group("1")
+    assert default is not None and sub is not None
+    assert (default.issued, default.completed, default.members) == (3, 3, (0,))
+    assert (sub.issued, sub.completed) == (1, 1)
+    dumped = read_collectives(str(tmp_path))
+    assert dumped is not None and dumped.dumps == 1
+    record = pickle.loads((tmp_path / "elastic_otel_flight_recorder.pkl").read_bytes())
+    ops = [(e["profiling_name"], e["collective_seq_id"]) for e in record["entries"]]
+    assert ("gloo:all_reduce", 3) in ops and ("gloo:broadcast", 1) in ops
+
+
+def test_malformed_files_read_as_nothing(tmp_path: Path) -> None:
+    assert read_collectives(str(tmp_path)) is None
+    (tmp_path / "elastic_otel_collectives.json").write_bytes(b"\xff{not json")
+    assert read_collectives(str(tmp_path)) is None
+    assert parse_collectives({"pid": 1, "progress_ns": 2, "groups": [{"name": "0"}]}) is None
+    assert parse_collectives([1, 2]) is None
+
+
+def group(name: str, issued: int, completed: int, op: str | None = None) -> GroupProgress:
+    return GroupProgress(
+        name, (0, 1, 2, 3), issued, completed, 5 * S if issued > completed else 0, op, ()
+    )
+
+
+def progress(at: int, collective: str | None = None, entered: int = 0) -> WorkerProgress:
+    return WorkerProgress(1, 34, entered, entered, collective, 0, None, None, at)
+
+
+def flight(at: int, *groups: GroupProgress) -> CollectiveProgress:
+    return CollectiveProgress(1, at, groups, 0)
+
+
+def test_ddp_hang_the_late_rank_is_the_one_that_never_issued_it() -> None:
+    """DDP's reducer: no Python collective on any rank; the Flight Recorder shows ranks 0 and
+    2 inside all-reduce #11 of the default group, rank 1 still at #10."""
+    ranks = [
+        rank_progress(0, progress(S), flight(5 * S, group("0", 11, 10, "all_reduce"))),
+        rank_progress(1, progress(S), flight(4 * S, group("0", 10, 10))),
+        rank_progress(2, progress(S), flight(5 * S, group("0", 11, 10, "all_reduce"))),
+    ]
+    stall = training_stall(ranks, 70 * S, 60 * S)
+    assert stall is not None
+    assert (stall.waiting, stall.waited_for) == ((0, 2), (1,))
+    assert (stall.collective, stall.number, stall.group, stall.seconds) == (
+        "all_reduce",
+        11,
+        "0",
+        65.0,
+    )
+
+
+def test_a_rank_outside_the_group_is_not_waited_for() -> None:
+    """Ranks 0 and 1 wait in a sub-group's all-gather; rank 2 is in no such group and idle:
+    nobody waits for it."""
+    ranks = [
+        rank_progress(
+            0, progress(S), flight(2 * S, group("0", 4, 4), group("1", 7, 6, "all_gather"))
+        ),
+        rank_progress(
+            1, progress(S), flight(2 * S, group("0", 4, 4), group("1", 7, 6, "all_gather"))
+        ),
+        rank_progress(2, progress(S), flight(2 * S, group("0", 4, 4))),
+    ]
+    stall = training_stall(ranks, 70 * S, 60 * S)
+    assert stall is not None
+    assert (stall.waiting, stall.waited_for, stall.group, stall.number) == ((0, 1), (), "1", 7)
+
+
+def test_progress_is_the_newest_of_both_sources() -> None:
+    """A rank whose Flight Recorder moved recently made progress, whatever its record says;
+    a Python collective the Flight Recorder does not count (a send) is still seen."""
+    moved = rank_progress(0, progress(S), flight(69 * S, group("0", 3, 3)))
+    assert moved.progress_ns == 69 * S and moved.collective is None and moved.entered == 3
+    assert training_stall([moved], 70 * S, 60 * S) is None
+    sending = rank_progress(1, progress(S, "send", 2), flight(S, group("0", 3, 3)))
+    assert (sending.collective, sending.group) == ("send", None)
+    no_record = rank_progress(2, progress(S, "all_reduce", 9), None)
+    assert (no_record.collective, no_record.entered, no_record.group) == ("all_reduce", 9, None)
+
+
+def test_every_rank_in_the_same_collective_waits_for_other_nodes() -> None:
+    ranks = [
+        rank_progress(r, progress(S), flight(2 * S, group("0", 80, 79, "all_reduce")))
+        for r in (2, 3)
+    ]
+    stall = training_stall(ranks, 70 * S, 60 * S)
+    assert stall is not None
+    assert (stall.waiting, stall.waited_for, stall.number) == ((2, 3), (), 80)
