@@ -3,5 +3,5 @@
 Every section runs its measured code in fresh subprocesses (one per variant), talks to a
 real OTLP receiver in another process, and returns plain data that :mod:`benchmarks.report`
 renders into ``BENCHMARKS.md``. Nothing here is collected by the default test run; the quick
-variant is exercised by ``tests/e2e/test_benchmarks_quick.py``.
+variant is exercised by ``benchmarks/test_quick.py`` (its own step in ``.ci/run``).
 """

@@ -534,9 +534,9 @@ def _dump_variant(v: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
             watched = _watched(workers)
             texts: list[list[str]] = []
 
-            def report(reason: str, stacks: list[tuple[Any, str]], stall: Any) -> None:
+            def report(reason: str, stacks: list[tuple[Any, str]], stall: Any, dumps: Any) -> None:
                 texts.append([text for _, text in stacks])
-                _report_stacks_and_stall(agent, bridge, reason, stacks, stall)
+                _report_stacks_and_stall(agent, bridge, reason, stacks, stall, dumps)
 
             watch = TrainingWatch()
             group = _Group(watched, report, int(after_s * 1e9), dict)

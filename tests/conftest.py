@@ -90,12 +90,12 @@ def make_logger() -> Iterator:
 
 
 SLOWEST_FIRST = (  # measured (pytest --junitxml: seconds per file), slowest first
-    "test_benchmarks_quick.py",
     "test_e2e_torchrun.py",
     "test_reliability.py",
     "test_sigterm_blocked.py",
     "test_rendezvous_backends.py",
     "test_fork_safety.py",
+    "test_hangs_ddp.py",
     "test_root_cause.py",
     "test_registration.py",
     "test_hangs.py",

@@ -1,5 +1,8 @@
 """The benchmark suite's quick variant runs end to end and writes a well-formed report.
 
+Its own step in ``.ci/run`` (``pytest benchmarks/test_quick.py``), outside the README's test
+command: its setup alone takes minutes of CPU (fresh venvs, rotel, real jobs).
+
 ``python -m benchmarks.run --quick`` uses tiny sizes; this test only checks that every
 section ran and that the report and the raw results have the expected shape. It asserts
 nothing about timings: those belong to the full run (``python -m benchmarks.run``).
@@ -19,7 +22,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("rotel")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # ``benchmarks`` lives at the repository root
     sys.path.insert(0, str(ROOT))
 
