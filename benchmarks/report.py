@@ -807,7 +807,8 @@ def _flight_recorder(fr: dict[str, Any]) -> list[str]:
         f"interleaved ({c['blocks']} blocks each). Then: one poll of the thread (the status "
         "read, and the file rewritten since a collective ran meanwhile), the agent's read of "
         "that file per worker and check, and a whole-record dump, without stack traces, as a "
-        "stall or an open collective's identification takes it (it holds the GIL).",
+        "stall or an open collective's identification takes it (it holds the GIL), and a "
+        "straggler window's poll (that read, and the arrivals of every entry kept).",
         "",
     ]
     lines += _table(
@@ -842,6 +843,18 @@ def _flight_recorder(fr: dict[str, Any]) -> list[str]:
                 _f(fr["dump_ms"]["median"], 2),
                 _f(fr["dump_ms"]["p90"], 2),
                 _f(fr["dump_ms"]["max"], 2),
+            ),
+            *(
+                [
+                    (
+                        "a straggler window's poll (2,000 new entries), ms",
+                        _f(fr["window_ms"]["median"], 2),
+                        _f(fr["window_ms"]["p90"], 2),
+                        _f(fr["window_ms"]["max"], 2),
+                    )
+                ]
+                if "window_ms" in fr
+                else []
             ),
         ],
     )

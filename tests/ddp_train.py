@@ -3,7 +3,9 @@ gradient all-reduces DDP's C++ reducer issues, not Python. Global rank ``HANG_RA
 before its ``backward()`` at step 5 (a sleep standing in for a stuck data loader) while the
 other ranks wait inside theirs, in DDP's all-reduce. ``FUNCTIONAL=1`` averages the gradients
 with ``torch.distributed._functional_collectives`` instead of DDP (as FSDP2 and tensor
-parallelism do). No ``elastic_otel`` call and no ``@record``.
+parallelism do). For the straggler tests, global rank ``SLOW_RANK`` sleeps ``SLOW_SECONDS``
+more than its peers before each ``backward()``, and every rank ``STEP_SECONDS`` (a data loader's
+time). No ``elastic_otel`` call and no ``@record``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ def main() -> None:
     rank = dist.get_rank()
     hang_rank = int(os.environ.get("HANG_RANK", "-1"))
     functional = os.environ.get("FUNCTIONAL") == "1"
+    slow_rank = int(os.environ.get("SLOW_RANK", "-1"))
+    slow_s = float(os.environ.get("SLOW_SECONDS", "0"))
+    step_s = float(os.environ.get("STEP_SECONDS", "0"))
     torch.manual_seed(0)
     model: torch.nn.Module = torch.nn.Sequential(
         torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)
@@ -36,6 +41,8 @@ def main() -> None:
         loss = torch.nn.functional.mse_loss(model(inputs), targets)
         if step == 5 and rank == hang_rank:
             stuck_data_loader()
+        if step_s or rank == slow_rank:
+            time.sleep(step_s + (slow_s if rank == slow_rank else 0.0))
         loss.backward()
         if functional:
             import torch.distributed._functional_collectives as funcol

@@ -80,6 +80,12 @@ from elastic_otel.integration.training_watch import WATCH, FlightRecorderDumps, 
 from elastic_otel.model.failures import WorkerEnd, classify, root_cause
 from elastic_otel.model.goodput import Summary
 from elastic_otel.model.stalls import STALL_EVENT_NAME, STALL_STATE, TRAINING, TrainingStall
+from elastic_otel.model.stragglers import (
+    STRAGGLER_EVENT_NAME,
+    STRAGGLER_STATE,
+    Straggler,
+    straggler_attributes,
+)
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
 from elastic_otel.names.torch_names import (
@@ -444,6 +450,9 @@ def _watch_workers(agent: Any, worker_group: Any, bridge: OtelHandler) -> None:
 
             observe = observe_progress
 
+        def report_straggler(straggler: Straggler) -> None:
+            _report_straggler(agent, bridge, straggler)
+
         WATCH.watch(
             pcontext,
             workers,
@@ -451,6 +460,9 @@ def _watch_workers(agent: Any, worker_group: Any, bridge: OtelHandler) -> None:
             bridge.settings.stall_after_s,
             bridge.current_stalls,
             observe,
+            bridge.settings.straggler_window_s,
+            bridge.settings.straggler_score,
+            report_straggler,
         )
     except Exception:  # never the agent's problem
         _logger.debug("elastic-otel: workers not watched", exc_info=True)
@@ -483,6 +495,23 @@ def _report_goodput(agent: Any, bridge: OtelHandler, summary: Summary) -> None:
         bridge.info(event)
     except Exception:  # never the agent's problem
         _logger.debug("elastic-otel: goodput summary not reported", exc_info=True)
+
+
+def _report_straggler(agent: Any, bridge: OtelHandler, straggler: Straggler) -> None:
+    """A straggler as a WARN ``torchelastic.straggler`` event on the node's round."""
+    try:
+        from torch.distributed.elastic.events import EventSource
+
+        event = _construct(agent, STRAGGLER_STATE, EventSource.AGENT, None)
+        event.name = STRAGGLER_EVENT_NAME
+        facts = {k.removeprefix(A.NS): v for k, v in straggler_attributes(straggler).items()}
+        # torch's metadata holds scalars: "0,2" here, an int array once parsed and exported
+        facts["straggler.waiting"] = ",".join(map(str, straggler.waiting))
+        event.metadata.update(facts)
+        event.timestamp = int(time.time() * 1000)
+        bridge.info(event)
+    except Exception:  # never the agent's problem
+        _logger.debug("elastic-otel: straggler not reported", exc_info=True)
 
 
 def _report_stacks_and_stall(

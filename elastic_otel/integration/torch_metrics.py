@@ -13,8 +13,9 @@ exports instrument names; characters OTel does not allow become ``_``):
 * ``workers.<role>.<name>`` → ``torchelastic.workers.<name>`` with ``torchelastic.role``.
 
 The bridge adds its own: the recovery histograms of :mod:`elastic_otel.emit.recovery_metrics`,
-the goodput gauge and badput counter (:mod:`elastic_otel.emit.goodput_metrics`) and its health
-counters (:mod:`elastic_otel.emit.bridge_health`).
+the goodput gauge and badput counter (:mod:`elastic_otel.emit.goodput_metrics`), the straggler
+gauges (:mod:`elastic_otel.emit.straggler_metrics`) and its health counters
+(:mod:`elastic_otel.emit.bridge_health`).
 
 Every point carries ``torchelastic.metric_group``, ``torchelastic.role`` for ``workers.<role>.*``
 and ``torchelastic.run_id`` once known (:func:`set_run_id`, else torchrun's ``--rdzv-id``).
@@ -52,7 +53,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from elastic_otel.bridge import process_exit
-from elastic_otel.emit import bridge_health, goodput_metrics
+from elastic_otel.emit import bridge_health, goodput_metrics, straggler_metrics
 from elastic_otel.emit.bounded import run_bounded
 from elastic_otel.emit.recovery_metrics import RecoveryMetrics
 from elastic_otel.integration import torchrun_args
@@ -270,6 +271,8 @@ class TorchMetrics:
                     bridge.observe_spans(RecoveryMetrics(meter).record_spans)
                     if self.settings.goodput:
                         goodput_metrics.observe(meter, GOODPUT.points)
+                    if self.settings.straggler_window_s > 0:
+                        straggler_metrics.observe(meter, WATCH.straggler_scores)
                 except Exception as e:  # the bridge's own counters stay in elastic_otel.stats()
                     _logger.warning("elastic-otel: bridge counters not reported as metrics: %s", e)
             original = torch_metrics_api.getStream

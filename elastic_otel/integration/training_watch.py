@@ -15,6 +15,10 @@ reads those records on a thread of its own every few seconds and:
   that interval while it lasts. ``current`` feeds the ``torchelastic.stalled.seconds`` gauge;
 * takes the stacks on every other stall report of the node (a join, the exit barrier, workers
   that do not stop), at most once per interval;
+* scores each local rank against its local peers once per straggler window
+  (:class:`~elastic_otel.model.stragglers.StragglerWatch`, from the arrivals the workers'
+  collectives threads leave) and reports a rank that keeps them waiting window after window
+  through ``report_straggler``; its ``straggler_scores`` feed the straggler gauges;
 * takes the stacks right before the agent stops its workers after a failure or a signal
   (:meth:`before_stop`, from the ``PContext.close`` wrapper), so that the victims' last stacks
   are kept: it waits for their dumps, at most :data:`STACK_WAIT_S`.
@@ -42,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_otel.model.stalls import RankProgress, TrainingStall, rank_progress, training_stall
+from elastic_otel.model.stragglers import RankScore, Straggler, StragglerWatch
 from elastic_otel.names.environment_variables import (
     WORKER_FLIGHT_RECORDER_FILE,
     WORKER_REQUESTS_FIFO,
@@ -113,6 +118,11 @@ class _Group:
     done: bool = False
     seen: dict[int, WorkerProgress] = field(default_factory=dict)
     observe: Callable[[int, list[WorkerProgress]], None] | None = None
+    stragglers: StragglerWatch | None = None
+    report_straggler: Callable[[Straggler], None] | None = None
+    window_ns: int = 0  # straggler window (0: no scores)
+    window_start_ns: int = 0
+    windows_read: dict[int, int] = field(default_factory=dict)  # rank → its arrivals' window
 
 
 class TrainingWatch:
@@ -136,20 +146,35 @@ class TrainingWatch:
         after_s: float,
         current_stalls: Callable[[], dict[str, float]],
         observe: Callable[[int, list[WorkerProgress]], None] | None = None,
+        straggler_window_s: float = 0.0,
+        straggler_score: float = 0.0,
+        report_straggler: Callable[[Straggler], None] | None = None,
     ) -> None:
         """Watch the workers torch just started in ``pcontext`` (until it is closed);
-        ``observe(now_ns, records)`` is given each reading (the goodput accounting's stalls)."""
+        ``observe(now_ns, records)`` is given each reading (the goodput accounting's stalls);
+        with a ``straggler_window_s``, the ranks are scored per window and a straggler handed
+        to ``report_straggler``."""
         if after_s <= 0 or not workers:
             return
         for worker in workers:
             worker.stacks_offset = _size(os.path.join(worker.directory, WORKER_STACKS_FILE))
         with self._lock:
-            self._groups[pcontext] = _Group(
+            group = self._groups[pcontext] = _Group(
                 workers, report, int(after_s * 1e9), current_stalls, observe=observe
             )
+            if straggler_window_s > 0:
+                group.stragglers = StragglerWatch(straggler_score)
+                group.report_straggler = report_straggler
+                group.window_ns = int(straggler_window_s * 1e9)
+                group.window_start_ns = time.time_ns()
             if self._thread is None:
+                # The workers leave their arrivals once per window: look at least twice as
+                # often, so that none is replaced unread.
+                period = poll_period(after_s)
+                if straggler_window_s > 0:
+                    period = min(period, straggler_window_s / 2)
                 self._thread = threading.Thread(
-                    target=self._run, args=(after_s,), name="elastic-otel-training-watch"
+                    target=self._run, args=(period,), name="elastic-otel-training-watch"
                 )
                 self._thread.daemon = True
                 self._thread.start()
@@ -168,8 +193,13 @@ class TrainingWatch:
 
     # --- the thread --------------------------------------------------------------------------
 
-    def _run(self, after_s: float) -> None:
-        period = poll_period(after_s)
+    def straggler_scores(self) -> list[RankScore]:
+        """Every watched rank's straggler score over its node's last window (the gauges)."""
+        with self._lock:
+            groups = list(self._groups.values())
+        return [s for g in groups if g.stragglers for s in g.stragglers.scores.values()]
+
+    def _run(self, period: float) -> None:
         while True:
             self._wake.wait(period)
             self._wake.clear()
@@ -193,6 +223,19 @@ class TrainingWatch:
             if collectives is not None and collectives.pid != worker.pid:
                 collectives = None
             ranks.append(rank_progress(worker.global_rank, progress, collectives))
+            if (
+                group.stragglers is not None
+                and collectives is not None
+                and collectives.window_ns != group.windows_read.get(worker.global_rank)
+            ):
+                group.windows_read[worker.global_rank] = collectives.window_ns
+                members = {g.name: g.members for g in collectives.groups}
+                group.stragglers.observe(worker.global_rank, collectives.arrivals, members)
+        if group.stragglers is not None and now_ns - group.window_start_ns >= group.window_ns:
+            group.window_start_ns = now_ns
+            straggler = group.stragglers.close_window(w.global_rank for w in group.workers)
+            if straggler is not None and group.report_straggler is not None and not group.done:
+                group.report_straggler(straggler)
         if group.observe is not None:
             group.observe(now_ns, [group.seen[r.global_rank] for r in ranks])
         stall = training_stall(ranks, now_ns, group.after_ns)
@@ -275,7 +318,7 @@ class TrainingWatch:
         self._groups = weakref.WeakKeyDictionary()
         self._thread = None
         self._wake = threading.Event()
-        self.current = 0.0
+        self.current = 0.0  # straggler scores live on the groups, forgotten with them
 
 
 def _ask_dump(worker: WatchedWorker) -> int | None:

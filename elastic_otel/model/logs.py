@@ -12,6 +12,11 @@ from elastic_otel.model.stalls import (
     TRAINING,
     describe_training_stall,
 )
+from elastic_otel.model.stragglers import (
+    STRAGGLER_EVENT_NAME,
+    STRAGGLER_STATE,
+    describe_straggler,
+)
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import NodeState, WorkerState
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind, RdzvAction
@@ -35,15 +40,20 @@ class LogModel:
 
 
 def severity(event: ElasticEvent) -> tuple[int, str]:
-    """FAILED → ERROR; TERMINATED, PEER_FAILED, a stall report, unparseable input → WARN;
-    else INFO."""
+    """FAILED → ERROR; TERMINATED, PEER_FAILED, a stall or straggler report, unparseable
+    input → WARN; else INFO."""
     if event.kind is EventKind.RENDEZVOUS:
         return SEVERITY_ERROR if event.node_state == NodeState.FAILED else SEVERITY_INFO
     if event.kind is EventKind.UNPARSED:
         return SEVERITY_WARN
     if event.state == WorkerState.FAILED:
         return SEVERITY_ERROR
-    if event.state in (WorkerState.TERMINATED, WorkerState.PEER_FAILED, STALL_STATE):
+    if event.state in (
+        WorkerState.TERMINATED,
+        WorkerState.PEER_FAILED,
+        STALL_STATE,
+        STRAGGLER_STATE,
+    ):
         return SEVERITY_WARN
     return SEVERITY_INFO
 
@@ -85,6 +95,8 @@ def body(event: ElasticEvent) -> str:
         return describe_training_stall(event.attributes)
     if event.name == A.GOODPUT_EVENT_NAME:
         return describe_summary(event.attributes)
+    if event.name == STRAGGLER_EVENT_NAME:
+        return describe_straggler(event.attributes)
     return event.body
 
 

@@ -76,6 +76,26 @@ torch's Flight Recorder says, else counted by each rank's Python collectives."""
 STALLED_PROCESS_GROUP: Final = "torchelastic.stalled.process_group"
 """On a training stall: the process group of the collective (torch's group name, ``0``: the
 default group), where torch's Flight Recorder says."""
+STRAGGLER_RANK: Final = "torchelastic.straggler.rank"
+"""On a straggler report: the global rank that keeps its local peers waiting."""
+STRAGGLER_SCORE: Final = "torchelastic.straggler.score"
+"""Its score over the last window: 1 - lateness / interval, in [0, 1] (1: as fast as the fastest
+local peer); also the gauge of that name, by ``torchelastic.global_rank``, for every rank."""
+STRAGGLER_LATENESS: Final = "torchelastic.straggler.lateness"
+"""Seconds per collective it issued after the earliest local peer (mean over the window); also
+the gauge of that name, by ``torchelastic.global_rank``."""
+STRAGGLER_INTERVAL: Final = "torchelastic.straggler.interval"
+"""Seconds between consecutive collectives of its process group over the window (mean)."""
+STRAGGLER_WAITED_SHARE: Final = "torchelastic.straggler.waited_share"
+"""The share of that interval its local peers spent waiting for it (what it costs the job)."""
+STRAGGLER_WAITING: Final = "torchelastic.straggler.waiting"
+"""The local global ranks that wait for it (an int array)."""
+STRAGGLER_WINDOWS: Final = "torchelastic.straggler.windows"
+"""Consecutive windows it has been the node's straggler."""
+STRAGGLER_PROCESS_GROUP: Final = "torchelastic.straggler.process_group"
+"""The process group its lateness was measured in (torch's group name; ``0``: the default)."""
+METRIC_STRAGGLER_SCORE: Final = STRAGGLER_SCORE
+METRIC_STRAGGLER_LATENESS: Final = STRAGGLER_LATENESS
 FLIGHT_RECORDER_DUMP: Final = "torchelastic.flight_recorder.dump"
 """On a training stall and before workers are stopped: the directory of the workers' Flight
 Recorder dumps, one file per global rank (``rank_<n>``), as ``torchfrtrace`` reads them."""

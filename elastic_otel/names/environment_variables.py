@@ -179,6 +179,15 @@ WORKER_FLIGHT_RECORDER_FILE = "elastic_otel_flight_recorder.pkl"
 ELASTIC_OTEL_FLIGHT_RECORDER = "ELASTIC_OTEL_FLIGHT_RECORDER"
 """``false``: workers do not read torch's Flight Recorder (collective progress then comes only
 from the Python collectives the progress record wraps), and no dump is taken."""
+ELASTIC_OTEL_STRAGGLER_WINDOW = "ELASTIC_OTEL_STRAGGLER_WINDOW"
+"""Seconds per straggler window: each worker's collectives thread reads its whole Flight
+Recorder once per window and leaves the arrivals of the collectives issued since, which the
+agent scores per local rank (default ``30``; ``0``: no straggler scores)."""
+DEFAULT_STRAGGLER_WINDOW_S = 30.0
+ELASTIC_OTEL_STRAGGLER_SCORE = "ELASTIC_OTEL_STRAGGLER_SCORE"
+"""A rank whose straggler score (1: as fast as its fastest local peer) stays below this, the
+worst of its node, for consecutive windows is reported as a straggler (default ``0.75``)."""
+DEFAULT_STRAGGLER_SCORE = 0.75
 
 # --- OTLP JSON file exporters (elastic_otel.emit.otlp_json) ---------------------------------------
 

@@ -31,6 +31,8 @@ from elastic_otel.names.environment_variables import (
     DEFAULT_RETRY_QUEUE_SIZE,
     DEFAULT_ROUND_TRACE_MAX_NODES,
     DEFAULT_STALL_AFTER_S,
+    DEFAULT_STRAGGLER_SCORE,
+    DEFAULT_STRAGGLER_WINDOW_S,
     ELASTIC_OTEL_AGENT_INSTRUMENTATION,
     ELASTIC_OTEL_ENABLED,
     ELASTIC_OTEL_EXIT_TIMEOUT,
@@ -46,6 +48,8 @@ from elastic_otel.names.environment_variables import (
     ELASTIC_OTEL_RETRY_QUEUE_SIZE,
     ELASTIC_OTEL_ROUND_TRACE_MAX_NODES,
     ELASTIC_OTEL_STALL_AFTER,
+    ELASTIC_OTEL_STRAGGLER_SCORE,
+    ELASTIC_OTEL_STRAGGLER_WINDOW,
     ELASTIC_OTEL_TRACES,
     ELASTIC_OTEL_WORKER_STARTUP,
     env_exception_signal,
@@ -86,6 +90,10 @@ class Settings:
     """``ELASTIC_OTEL_OPEN_SPAN_INTERVAL``: seconds between open-span snapshots (0: none)."""
     stall_after_s: float = DEFAULT_STALL_AFTER_S
     """``ELASTIC_OTEL_STALL_AFTER``: seconds of waiting before a stall report (0: none)."""
+    straggler_window_s: float = DEFAULT_STRAGGLER_WINDOW_S
+    """``ELASTIC_OTEL_STRAGGLER_WINDOW``: seconds per straggler window (0: no scores)."""
+    straggler_score: float = DEFAULT_STRAGGLER_SCORE
+    """``ELASTIC_OTEL_STRAGGLER_SCORE``: a straggler's score stays below this."""
     round_trace_max_nodes: int = DEFAULT_ROUND_TRACE_MAX_NODES
     """``ELASTIC_OTEL_ROUND_TRACE_MAX_NODES``: larger rounds get a trace per node (0: never)."""
     fork_guard: bool = True
@@ -118,6 +126,8 @@ class Settings:
                 ELASTIC_OTEL_OPEN_SPAN_INTERVAL, DEFAULT_OPEN_SPAN_INTERVAL_S
             ),
             stall_after_s=env_float(ELASTIC_OTEL_STALL_AFTER, DEFAULT_STALL_AFTER_S),
+            straggler_window_s=env_float(ELASTIC_OTEL_STRAGGLER_WINDOW, DEFAULT_STRAGGLER_WINDOW_S),
+            straggler_score=env_float(ELASTIC_OTEL_STRAGGLER_SCORE, DEFAULT_STRAGGLER_SCORE),
             round_trace_max_nodes=env_int(
                 ELASTIC_OTEL_ROUND_TRACE_MAX_NODES, DEFAULT_ROUND_TRACE_MAX_NODES
             ),

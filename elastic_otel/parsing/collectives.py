@@ -4,9 +4,11 @@ The worker's collectives thread (:mod:`elastic_otel.worker.collectives`) writes
 :data:`~elastic_otel.names.environment_variables.WORKER_COLLECTIVES_FILE` (JSON, replaced
 atomically) whenever what it read changed: for each process group, the sequence number of the
 last collective issued and of the last one completed, its members (global ranks), and for a
-collective that stayed open a while its op and sizes. Whoever issued the collective (the Python
-API, DDP's reducer, functional collectives, a compiled graph) torch records it there. Pure: no
-torch, no clock of its own.
+collective that stayed open a while its op and sizes; once per straggler window, when this rank
+issued each collective since the last window (its arrivals, per process group, which the agent's
+straggler scores compare). Whoever issued the collective (the Python API, DDP's reducer,
+functional collectives, a compiled graph) torch records it there. Pure: no torch, no clock of
+its own.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ import os
 from dataclasses import dataclass
 
 from elastic_otel.names.environment_variables import WORKER_COLLECTIVES_FILE
+
+MAX_ARRIVALS = 512
+"""Arrivals a worker leaves per process group and window (the newest): enough to score a
+window, bounded however fast the job issues collectives."""
 
 MAX_BYTES = 1 << 20
 """Largest collectives file read (a worker has a few process groups, each a few hundred bytes;
@@ -54,6 +60,10 @@ class CollectiveProgress:
     progress_ns: int  # when the worker last saw any group issue or complete a collective
     groups: tuple[GroupProgress, ...]
     dumps: int  # Flight Recorder dumps written on the agent's request so far
+    arrivals: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
+    """Per process group, (sequence number, when this rank issued it, ns) of the collectives
+    issued in the last straggler window (the newest :data:`MAX_ARRIVALS` of each)."""
+    window_ns: int = 0  # when the worker read those arrivals (0: never)
 
     def open_group(self) -> GroupProgress | None:
         """The group whose collective the worker is in: the open one issued last (a worker
@@ -97,8 +107,13 @@ def parse_collectives(data: object) -> CollectiveProgress | None:
             progress_ns=int(data["progress_ns"]),
             groups=groups,
             dumps=int(data.get("dumps") or 0),
+            arrivals=tuple(
+                (str(name), tuple((int(seq), int(t)) for seq, t in pairs[-MAX_ARRIVALS:]))
+                for name, pairs in (data.get("arrivals") or {}).items()
+            ),
+            window_ns=int(data.get("window_ns") or 0),
         )
-    except (KeyError, TypeError, ValueError):
+    except (AttributeError, KeyError, TypeError, ValueError):
         return None
 
 

@@ -677,7 +677,12 @@ _TYPED_METADATA: dict[str, Callable[[object], int | float | None]] = {
 # Metadata keys holding lists of global ranks, exported as int arrays that a query can use.
 _RANK_LIST_METADATA = frozenset(
     key.removeprefix(A.NS)
-    for key in (A.STALLED_RANKS, A.STALLED_WAITING, A.FLIGHT_RECORDER_UNANSWERED)
+    for key in (
+        A.STALLED_RANKS,
+        A.STALLED_WAITING,
+        A.FLIGHT_RECORDER_UNANSWERED,
+        A.STRAGGLER_WAITING,
+    )
 )
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _DECIMAL = re.compile(r"[-+]?[0-9]{1,19}")

@@ -11,9 +11,13 @@ tens of microseconds) and replaces the worker's collectives file
 half of ``ELASTIC_OTEL_STALL_AFTER`` is identified (op, sizes) from one whole record, once:
 that read holds the GIL for up to ~0.1 s with 2,000 entries, so a healthy job never pays it.
 A byte from the agent on the worker's requests FIFO asks for the whole record in torch's pickle
-format (what ``torchfrtrace`` reads). The training thread does nothing for any of it. With
-NCCL a collective is issued when its Python call returns and completed when the GPU finished
-it: what the file says is the device's state, not the Python call's. Design: docs/hangs.md.
+format (what ``torchfrtrace`` reads). Once per straggler window
+(``ELASTIC_OTEL_STRAGGLER_WINDOW``) the thread reads the whole record once more and leaves when
+this rank issued each collective since the last window, for the agent's straggler scores: one
+read per window, not per collective, and none once the record proved empty. The training thread
+does nothing for any of it. With NCCL a collective is issued when its Python call returns and
+completed when the GPU finished it: what the file says is the device's state, not the Python
+call's. Design: docs/hangs.md.
 """
 
 from __future__ import annotations
@@ -30,15 +34,17 @@ from typing import Any
 
 from elastic_otel.names.environment_variables import (
     DEFAULT_STALL_AFTER_S,
+    DEFAULT_STRAGGLER_WINDOW_S,
     ELASTIC_OTEL_FLIGHT_RECORDER,
     ELASTIC_OTEL_STALL_AFTER,
+    ELASTIC_OTEL_STRAGGLER_WINDOW,
     WORKER_COLLECTIVES_FILE,
     WORKER_FLIGHT_RECORDER_FILE,
     WORKER_REQUESTS_FIFO,
     env_flag,
     env_float,
 )
-from elastic_otel.parsing.collectives import op_name, poll_period
+from elastic_otel.parsing.collectives import MAX_ARRIVALS, op_name, poll_period
 
 C10D_MODULE = "torch.distributed.distributed_c10d"
 THREAD_NAME = "elastic-otel-collectives"
@@ -56,7 +62,10 @@ def start(directory: str) -> threading.Thread | None:
     # Read and write: a FIFO open for reading alone reads end-of-file whenever no writer has
     # it open, which select() reports as ready, forever.
     fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
-    watch = CollectivesWatch(directory, poll_period(stall_after), stall_after / 2)
+    window = max(env_float(ELASTIC_OTEL_STRAGGLER_WINDOW, DEFAULT_STRAGGLER_WINDOW_S), 0.0)
+    # Looking twice per window keeps each window's read within half a window of its time.
+    period = min(poll_period(stall_after), window / 2) if window > 0 else poll_period(stall_after)
+    watch = CollectivesWatch(directory, period, stall_after / 2, window)
     thread = threading.Thread(target=watch.run, args=(fd,), name=THREAD_NAME, daemon=True)
     thread.start()
     return thread
@@ -65,7 +74,9 @@ def start(directory: str) -> threading.Thread | None:
 class CollectivesWatch:
     """Reads the Flight Recorder's status of every process group; owns the collectives file."""
 
-    def __init__(self, directory: str, period_s: float, identify_after_s: float) -> None:
+    def __init__(
+        self, directory: str, period_s: float, identify_after_s: float, window_s: float = 0.0
+    ) -> None:
         self.path = os.path.join(directory, WORKER_COLLECTIVES_FILE)
         self.dump_path = os.path.join(directory, WORKER_FLIGHT_RECORDER_FILE)
         self.period_s = period_s
@@ -74,6 +85,10 @@ class CollectivesWatch:
         self.groups: dict[str, dict[str, Any]] = {}
         self.progress_ns = 0
         self.dumps = 0
+        self.window_ns = int(window_s * 1e9)
+        self.window_read_ns = 0  # when the arrivals were last read (0: not yet)
+        self.arrivals: dict[str, list[tuple[int, int]]] = {}
+        self._last_seq: dict[str, int] = {}  # per group: the newest arrival already left
         self._written: str | None = None
 
     def run(self, fd: int) -> None:
@@ -109,10 +124,19 @@ class CollectivesWatch:
             and g["_tried"] != g["issued"]
             and now_ns - g["open_since_ns"] >= self.identify_after_ns
         ]
-        if dump or stuck:
+        # The window's read: only once a collective was issued (an empty record, say with
+        # TORCH_FR_BUFFER_SIZE=0, stops the reads for good: window_ns set to 0 below).
+        window = (
+            self.window_ns > 0
+            and any(g["issued"] for g in self.groups.values())
+            and now_ns - self.window_read_ns >= self.window_ns
+        )
+        if dump or stuck or window:
             # No stack traces: symbolizing them holds the GIL for seconds on the first dump.
             raw = extension._dump_fr_trace(includeStackTraces=False)
             record = pickle.loads(raw)  # torch's own bytes, from this process
+            if window:
+                self._arrive(record.get("entries") or [], now_ns)
             if dump:
                 self._write(self.dump_path, pickle.dumps(self._complete(record)))
                 self.dumps += 1
@@ -151,6 +175,28 @@ class CollectivesWatch:
                 group["open_since_ns"] = now_ns  # a newly open collective
         return changed
 
+    def _arrive(self, entries: list[dict[str, Any]], now_ns: int) -> None:
+        """Keep when each collective issued since the last window was issued, per group (the
+        newest :data:`MAX_ARRIVALS`); point-to-point operations are not collectives."""
+        if not entries:
+            self.window_ns = 0  # torch keeps no record: nothing to score, ever
+            return
+        self.window_read_ns = now_ns
+        arrivals: dict[str, list[tuple[int, int]]] = {}
+        for entry in entries:
+            pg = entry.get("process_group") or ("",)
+            seq, created = entry.get("collective_seq_id"), entry.get("time_created_ns")
+            name = str(pg[0])
+            if entry.get("is_p2p") or not isinstance(seq, int) or not isinstance(created, int):
+                continue
+            if seq > self._last_seq.get(name, 0):
+                arrivals.setdefault(name, []).append((seq, created))
+        for name, pairs in arrivals.items():
+            pairs.sort()
+            del pairs[:-MAX_ARRIVALS]
+            self._last_seq[name] = pairs[-1][0]
+        self.arrivals = arrivals
+
     def _complete(self, record: dict[str, Any]) -> dict[str, Any]:
         """The record with a ``pg_config`` entry for every process group its entries name:
         gloo's lacks them (one entry under ``""``), and ``torchfrtrace`` needs them."""
@@ -183,7 +229,12 @@ class CollectivesWatch:
         groups = [
             {k: v for k, v in g.items() if not k.startswith("_")} for g in self.groups.values()
         ]
-        body = {"groups": groups, "dumps": self.dumps}
+        body = {
+            "groups": groups,
+            "dumps": self.dumps,
+            "arrivals": self.arrivals,
+            "window_ns": self.window_read_ns,
+        }
         text = json.dumps(body, sort_keys=True)
         if text == self._written:
             return

@@ -1,0 +1,42 @@
+"""Straggler scores as OpenTelemetry metrics, read at each collection (nothing recorded on
+torch's threads), by ``torchelastic.global_rank``, for the ranks of this node:
+
+* ``torchelastic.straggler.score`` (gauge, unit ``1``): ``1 - lateness / interval`` over the
+  node's last straggler window (1: as fast as the fastest local peer);
+* ``torchelastic.straggler.lateness`` (gauge, ``s``): the mean seconds per collective the rank
+  issued after its earliest local peer.
+
+Each node reports its own ranks (:mod:`elastic_otel.model.stragglers`): a rank appears once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from elastic_otel.model.stragglers import RankScore
+from elastic_otel.names import attributes as A
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+
+def observe(meter: Meter, read: Callable[[], list[RankScore]]) -> None:
+    """Register the two gauges on ``meter``; ``read`` returns the current scores."""
+    from opentelemetry.metrics import Observation
+
+    def score(_options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(s.score, {A.GLOBAL_RANK: s.global_rank}) for s in read()]
+
+    def lateness(_options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(s.lateness_s, {A.GLOBAL_RANK: s.global_rank}) for s in read()]
+
+    meter.create_observable_gauge(
+        A.METRIC_STRAGGLER_SCORE, [score], "1", "1 - lateness / interval against local peers"
+    )
+    meter.create_observable_gauge(
+        A.METRIC_STRAGGLER_LATENESS,
+        [lateness],
+        "s",
+        "Mean seconds per collective after the earliest local peer",
+    )

@@ -1,0 +1,220 @@
+"""Stragglers: a rank that keeps its peers waiting at every collective, named while the job runs.
+
+Each worker leaves, once per straggler window, when it issued each collective of each process
+group (its *arrivals*, from torch's Flight Recorder: :mod:`elastic_otel.worker.collectives`).
+The agent hands them to a :class:`StragglerWatch` and closes a window every
+``ELASTIC_OTEL_STRAGGLER_WINDOW`` seconds. For every collective all local members of a group
+issued, a rank's *lateness* is its arrival minus the earliest local arrival; over the window,
+each rank's mean lateness per collective against the mean *interval* between consecutive
+collectives of the group gives its score, ``1 - lateness / interval`` in [0, 1] (1: as fast as
+its fastest local peer; NVIDIA's resiliency extension flags below 0.75).
+
+A straggler is one rank whose score is below the threshold, that is the worst of its node and
+clearly so (its lateness at least :data:`DOMINANCE` times every local peer's), for
+:data:`WINDOWS` consecutive windows scored (a window with nothing to score, the arrivals of a
+worker not yet read, is no evidence either way): uneven arrivals that shift from rank to rank
+flag nobody.
+What it costs the job is the share of the interval its local peers spent waiting for it.
+
+Only local ranks are compared: the clocks of one host agree, those of two hosts need not. The
+ranks of other nodes wait for it too, and each node's view joins in ``elastic-otel timeline``.
+Pure: no torch, no SDK, no clock of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from elastic_otel.model.spans import SpanAttributes
+from elastic_otel.names import attributes as A
+
+STRAGGLER_EVENT_NAME = "torchelastic.straggler"
+STRAGGLER_STATE = "STRAGGLER"
+WINDOWS = 3
+"""Consecutive windows a rank must be the node's straggler before it is reported."""
+REPORT_EVERY = 10
+"""While it stays one, it is reported again every this many windows."""
+DOMINANCE = 2.0
+"""A straggler's lateness is at least this many times every local peer's."""
+MIN_COLLECTIVES = 3
+"""Collectives a window needs in a group to score it (fewer: an idle or hung job)."""
+MAX_PENDING = 4096
+"""Collectives per group kept waiting for the arrivals of the other local ranks."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankScore:
+    """A rank's score over the last window, in the process group where it was worst."""
+
+    global_rank: int
+    score: float  # 1 - lateness / interval, clamped to [0, 1]
+    lateness_s: float  # mean seconds per collective after the earliest local arrival
+    interval_s: float  # mean seconds between consecutive collectives of the group
+    waited_share: float  # share of the interval its local peers waited for it
+    group: str
+    collectives: int  # collectives of the window scored
+
+
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    """A rank reported as the node's straggler."""
+
+    rank: RankScore
+    waiting: tuple[int, ...]  # the local peers that wait for it
+    windows: int  # consecutive windows it has been the node's straggler
+
+
+class StragglerWatch:
+    """The arrivals of a node's local ranks, scored window by window."""
+
+    def __init__(self, threshold: float, windows: int = WINDOWS) -> None:
+        self.threshold = threshold
+        self.windows = windows
+        self.scores: dict[int, RankScore] = {}
+        """Each local rank's score over the last window scored (read by the gauges)."""
+        self._arrivals: dict[str, dict[int, dict[int, int]]] = {}  # group → seq → rank → ns
+        self._members: dict[str, tuple[int, ...]] = {}
+        self._scored: dict[str, int] = {}  # group → the newest sequence number scored
+        self._candidate: int | None = None
+        self._streak = 0
+
+    def observe(
+        self,
+        global_rank: int,
+        arrivals: Iterable[tuple[str, Iterable[tuple[int, int]]]],
+        members: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> None:
+        """Add a rank's arrivals (per group, (sequence number, ns)); ``members``: each group's
+        global ranks, where known. Arrivals seen before, or of collectives scored, are ignored."""
+        for group, pairs in arrivals:
+            seqs = self._arrivals.setdefault(group, {})
+            scored = self._scored.get(group, 0)
+            for seq, time_ns in pairs:
+                if seq > scored:
+                    seqs.setdefault(seq, {}).setdefault(global_rank, time_ns)
+            if len(seqs) > MAX_PENDING:
+                for seq in sorted(seqs)[: len(seqs) - MAX_PENDING]:
+                    del seqs[seq]
+            if members and members.get(group):
+                self._members[group] = tuple(members[group])
+
+    def close_window(self, local_ranks: Iterable[int]) -> Straggler | None:
+        """Score the collectives every local member issued since the last window; the
+        straggler to report now, if any."""
+        local = set(local_ranks)
+        scores: dict[int, RankScore] = {}
+        candidates: list[tuple[RankScore, tuple[int, ...]]] = []
+        for group, seqs in self._arrivals.items():
+            known = self._members.get(group)
+            ranks = (
+                sorted(local & set(known))
+                if known
+                else sorted({r for by_rank in seqs.values() for r in by_rank} & local)
+            )
+            if len(ranks) < 2:
+                continue
+            complete = sorted(s for s, by_rank in seqs.items() if all(r in by_rank for r in ranks))
+            if not complete:
+                continue
+            rows = [seqs[seq] for seq in complete]
+            self._scored[group] = complete[-1]
+            for seq in [s for s in seqs if s <= complete[-1]]:
+                del seqs[seq]  # scored now, or never complete (a rank's arrivals were lost)
+            group_scores = _score(group, ranks, rows)
+            if not group_scores:
+                continue
+            for score in group_scores:
+                held = scores.get(score.global_rank)
+                if held is None or score.score < held.score:
+                    scores[score.global_rank] = score
+            worst = min(group_scores, key=lambda s: (s.score, -s.lateness_s))
+            peers = [s for s in group_scores if s is not worst]
+            if worst.score < self.threshold and all(
+                worst.lateness_s >= DOMINANCE * p.lateness_s for p in peers
+            ):
+                candidates.append((worst, tuple(p.global_rank for p in peers)))
+        if not scores:  # nothing to score (an idle or hung job, arrivals yet to come): no evidence
+            return None
+        self.scores = scores
+        if not candidates:
+            self._candidate, self._streak = None, 0
+            return None
+        worst, waiting = min(candidates, key=lambda c: c[0].score)
+        if worst.global_rank == self._candidate:
+            self._streak += 1
+        else:
+            self._candidate, self._streak = worst.global_rank, 1
+        due = self._streak >= self.windows and (self._streak - self.windows) % REPORT_EVERY == 0
+        return Straggler(worst, waiting, self._streak) if due else None
+
+
+def _score(group: str, ranks: list[int], rows: list[dict[int, int]]) -> list[RankScore]:
+    """Each rank's score over ``rows`` (one per collective, in order: rank → arrival ns)."""
+    if len(rows) < MIN_COLLECTIVES:
+        return []
+    earliest = [min(row[r] for r in ranks) for row in rows]
+    interval = (earliest[-1] - earliest[0]) / (len(rows) - 1)
+    if interval <= 0:
+        return []
+    out = []
+    for rank in ranks:
+        late = sum(row[rank] - first for row, first in zip(rows, earliest, strict=True))
+        waited = sum(
+            sum(max(0, row[rank] - row[p]) for p in ranks if p != rank) / (len(ranks) - 1)
+            for row in rows
+        )
+        lateness = late / len(rows)
+        out.append(
+            RankScore(
+                global_rank=rank,
+                score=min(max(1.0 - lateness / interval, 0.0), 1.0),
+                lateness_s=lateness / 1e9,
+                interval_s=interval / 1e9,
+                waited_share=min(waited / len(rows) / interval, 1.0),
+                group=group,
+                collectives=len(rows),
+            )
+        )
+    return out
+
+
+def straggler_attributes(straggler: Straggler) -> SpanAttributes:
+    """The report's facts, as the log record's attributes."""
+    rank = straggler.rank
+    return {
+        A.STRAGGLER_RANK: rank.global_rank,
+        A.STRAGGLER_SCORE: round(rank.score, 3),
+        A.STRAGGLER_LATENESS: round(rank.lateness_s, 4),
+        A.STRAGGLER_INTERVAL: round(rank.interval_s, 4),
+        A.STRAGGLER_WAITED_SHARE: round(rank.waited_share, 3),
+        A.STRAGGLER_WAITING: straggler.waiting,
+        A.STRAGGLER_WINDOWS: straggler.windows,
+        A.STRAGGLER_PROCESS_GROUP: rank.group,
+    }
+
+
+def describe_straggler(attributes: SpanAttributes) -> str:
+    """The body of a straggler report: "global rank 1 is a straggler: score 0.02 over 3
+    windows; it issues each collective of process group 0 0.300 s after its fastest local peer
+    (every 0.306 s); global ranks 0 spend 98 % of that time waiting for it"."""
+    rank = attributes.get(A.STRAGGLER_RANK)
+    text = f"global rank {rank} is a straggler"
+    score, windows = attributes.get(A.STRAGGLER_SCORE), attributes.get(A.STRAGGLER_WINDOWS)
+    if isinstance(score, int | float):
+        text += f": score {score:.2f}"
+        text += f" over {windows} windows" if isinstance(windows, int) else ""
+    lateness, interval = attributes.get(A.STRAGGLER_LATENESS), attributes.get(A.STRAGGLER_INTERVAL)
+    if isinstance(lateness, int | float) and isinstance(interval, int | float):
+        group = attributes.get(A.STRAGGLER_PROCESS_GROUP)
+        of = f" of process group {group}" if group is not None else ""
+        text += (
+            f"; it issues each collective{of} {lateness:.3f} s after its fastest local peer"
+            f" (every {interval:.3f} s)"
+        )
+    waiting = attributes.get(A.STRAGGLER_WAITING)
+    share = attributes.get(A.STRAGGLER_WAITED_SHARE)
+    if isinstance(waiting, tuple | list) and waiting and isinstance(share, int | float):
+        ranks = ",".join(map(str, waiting))
+        text += f"; global ranks {ranks} spend {share * 100:.0f} % of that time waiting for it"
+    return text
