@@ -79,7 +79,15 @@ from elastic_otel.integration.oom_kills import oom_kill_count
 from elastic_otel.integration.training_watch import WATCH, FlightRecorderDumps, WatchedWorker
 from elastic_otel.model.failures import WorkerEnd, classify, root_cause
 from elastic_otel.model.goodput import Summary
-from elastic_otel.model.stalls import STALL_EVENT_NAME, STALL_STATE, TRAINING, TrainingStall
+from elastic_otel.model.stalls import (
+    STALL_EVENT_NAME,
+    STALL_STATE,
+    TRAINING,
+    SilentNode,
+    TrainingStall,
+    silence_attributes,
+    silent_nodes,
+)
 from elastic_otel.model.stragglers import (
     STRAGGLER_EVENT_NAME,
     STRAGGLER_STATE,
@@ -424,6 +432,7 @@ def _watch_workers(agent: Any, worker_group: Any, bridge: OtelHandler) -> None:
             for w in worker_group.workers
             if w.local_rank in pids and error_files.get(w.local_rank)
         ]
+        liveness = RendezvousLiveness.of(agent._worker_group.spec.rdzv_handler)
 
         def report(
             reason: str,
@@ -431,7 +440,7 @@ def _watch_workers(agent: Any, worker_group: Any, bridge: OtelHandler) -> None:
             stall: TrainingStall | None,
             dumps: FlightRecorderDumps | None,
         ) -> None:
-            _report_stacks_and_stall(agent, bridge, reason, stacks, stall, dumps)
+            _report_stacks_and_stall(agent, bridge, reason, stacks, stall, dumps, liveness)
 
         observe: Callable[[int, list[WorkerProgress]], None] | None = None
         if bridge.settings.goodput:
@@ -521,9 +530,11 @@ def _report_stacks_and_stall(
     stacks: list[tuple[WatchedWorker, str]],
     stall: TrainingStall | None,
     dumps: FlightRecorderDumps | None = None,
+    liveness: RendezvousLiveness | None = None,
 ) -> None:
     """One record per worker's stacks (on its span), then the training stall's report; each
-    names the directory of the workers' Flight Recorder dumps taken with them."""
+    names the directory of the workers' Flight Recorder dumps taken with them. The stall's
+    report names the round's nodes whose rendezvous keep-alives stopped (``liveness``)."""
     from torch.distributed.elastic.events import EventSource
 
     frames: dict[int, str] = {}
@@ -559,12 +570,58 @@ def _report_stacks_and_stall(
     if stall.group is not None:
         facts["stalled.process_group"] = stall.group
     facts.update(dump_facts)
+    if liveness is not None:
+        for key, value in silence_attributes(liveness.silent_nodes()).items():
+            # torch's metadata holds scalars: group ranks as "1,2", an int array once parsed
+            facts[key.removeprefix(A.NS)] = (
+                ",".join(map(str, value)) if isinstance(value, tuple) else value
+            )
     first = frames.get(stall.waited_for[0]) if stall.waited_for else None
     if first:
         facts["stack.frame"] = first
     event.metadata.update(facts)
     event.timestamp = now_ms
     bridge.info(event)
+
+
+class RendezvousLiveness:
+    """The keep-alives of a round's nodes, as this node's dynamic rendezvous (c10d, etcd-v2)
+    keeps them: who stopped sending them. The round's members are taken when its workers
+    start; torch drops a node it declares dead from its state, so a member missing later has
+    been silent at least as long as torch's own bound."""
+
+    def __init__(self, handler: Any, members: dict[str, int], this_node: str) -> None:
+        self._handler = handler
+        self._members = members
+        self._this_node = this_node
+
+    @classmethod
+    def of(cls, handler: Any) -> RendezvousLiveness | None:
+        """For ``handler`` (traced or not); ``None`` for a backend without keep-alives."""
+        inner = getattr(handler, "_inner", handler)
+        try:
+            state = inner._state_holder.state
+            members = {repr(node): rank for node, rank in list(state.participants.items())}
+            return cls(inner, members, repr(inner._this_node))
+        except Exception:  # static, etcd (v1), or another torch
+            return None
+
+    def silent_nodes(self) -> list[SilentNode]:
+        try:
+            holder = self._handler._state_holder
+            settings = self._handler._settings
+            after_s = (
+                settings.keep_alive_interval * settings.keep_alive_max_attempt
+            ).total_seconds()
+            beats = {
+                repr(node): when.timestamp()
+                for node, when in list(holder.state.last_heartbeats.items())
+            }
+            synced = getattr(holder, "_last_sync_time", None)
+            own_age = time.monotonic() - synced if isinstance(synced, float) else None
+        except Exception:  # torch's private state changed shape: say nothing
+            return []
+        return silent_nodes(self._members, beats, self._this_node, own_age, time.time(), after_s)
 
 
 def _add_worker_startup(envs: dict[int, dict[str, str]]) -> None:

@@ -226,6 +226,74 @@ def _waited_group(inside: list[RankProgress]) -> str | None:
     return max(counts, key=lambda g: (counts[g], g == "0"))
 
 
+@dataclass(frozen=True, slots=True)
+class SilentNode:
+    """A node of the round whose rendezvous keep-alives stopped, as this node sees them."""
+
+    node: str  # the node's rendezvous name (``host_pid_id``)
+    group_rank: int | None  # its rank in the round
+    seconds: float  # since its last keep-alive (dropped as dead: at least torch's bound)
+    this_node: bool  # this node itself: it reached no rendezvous store
+    dropped: bool = False  # torch dropped it from its state as dead
+
+
+def silent_nodes(
+    members: dict[str, int],
+    heartbeats: dict[str, float],
+    this_node: str,
+    own_sync_age_s: float | None,
+    now_s: float,
+    after_s: float,
+) -> list[SilentNode]:
+    """The round's nodes (``members``: name → group rank) whose keep-alives stopped: this
+    node when it has not reached the rendezvous store for ``after_s`` (its view of the others
+    is then stale, so it names no other); else every other member whose last keep-alive
+    (``heartbeats``: name → epoch seconds) is older than ``after_s`` or that the rendezvous
+    dropped as dead. torch itself declares a node dead after ``keep_alive_interval *
+    keep_alive_max_attempt``: the ``after_s`` to pass."""
+    if own_sync_age_s is not None and own_sync_age_s >= after_s:
+        return [SilentNode(this_node, members.get(this_node), own_sync_age_s, True)]
+    # A dropped member has been silent at least torch's bound: ``after_s`` is its age.
+    out = []
+    for node, rank in sorted(members.items(), key=lambda item: item[1]):
+        if node == this_node:
+            continue
+        beat = heartbeats.get(node)
+        if beat is None:
+            out.append(SilentNode(node, rank, after_s, False, dropped=True))
+        elif now_s - beat >= after_s:
+            out.append(SilentNode(node, rank, now_s - beat, False))
+    return out
+
+
+def silence_attributes(nodes: list[SilentNode]) -> SpanAttributes:
+    """The attributes a stall report carries about silent nodes (none for none)."""
+    if not nodes:
+        return {}
+    attrs: SpanAttributes = {
+        A.STALLED_SILENT_NODES: ", ".join(n.node for n in nodes),
+        A.STALLED_SILENT_GROUP_RANKS: tuple(
+            n.group_rank for n in nodes if n.group_rank is not None
+        ),
+        A.STALLED_SILENT_SELF: any(n.this_node for n in nodes),
+        A.STALLED_SILENT_SECONDS: round(min(n.seconds for n in nodes), 3),
+    }
+    return attrs
+
+
+def _describe_silence(attributes: SpanAttributes) -> str:
+    nodes = attributes.get(A.STALLED_SILENT_NODES)
+    if not isinstance(nodes, str) or not nodes:
+        return ""
+    seconds = attributes.get(A.STALLED_SILENT_SECONDS)
+    since = f" for {float(seconds):.0f} s or more" if _is_number(seconds) else ""
+    if attributes.get(A.STALLED_SILENT_SELF):
+        return f"this node reached no rendezvous store{since}: its link may be cut"
+    ranks = _rank_text(attributes.get(A.STALLED_SILENT_GROUP_RANKS))
+    which = f"node {nodes}" + (f" (group rank {ranks})" if ranks else "")
+    return f"{which} sent no rendezvous keep-alive{since}: its host or link may be down"
+
+
 def describe_training_stall(attributes: SpanAttributes) -> str:
     """The body of a training stall report, from its attributes: "stalled 62 s in training:
     global ranks 0 wait in all_reduce #7; waiting for global rank 1 (in sleep at train.py:42)"."""
@@ -250,6 +318,9 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
         text += "; waiting for ranks on other nodes"
     else:
         text += "; no rank is in a collective"
+    silence = _describe_silence(attributes)
+    if silence:
+        text += f"; {silence}"
     unanswered = _rank_text(attributes.get(A.FLIGHT_RECORDER_UNANSWERED))
     if unanswered:
         text += f"; no Flight Recorder dump from global rank {unanswered} (holding the GIL?)"

@@ -96,6 +96,17 @@ STRAGGLER_PROCESS_GROUP: Final = "torchelastic.straggler.process_group"
 """The process group its lateness was measured in (torch's group name; ``0``: the default)."""
 METRIC_STRAGGLER_SCORE: Final = STRAGGLER_SCORE
 METRIC_STRAGGLER_LATENESS: Final = STRAGGLER_LATENESS
+STALLED_SILENT_NODES: Final = "torchelastic.stalled.silent_nodes"
+"""On a training stall: the round's nodes (``host_pid_id``) whose rendezvous keep-alives
+stopped, as this node sees them (comma separated); this node's own name when it reached no
+rendezvous store."""
+STALLED_SILENT_GROUP_RANKS: Final = "torchelastic.stalled.silent_group_ranks"
+"""Their group ranks in the round (an int array)."""
+STALLED_SILENT_SELF: Final = "torchelastic.stalled.silent_self"
+"""``true`` when the silent node is this one: it reached no rendezvous store."""
+STALLED_SILENT_SECONDS: Final = "torchelastic.stalled.silent_seconds"
+"""Seconds since the last keep-alive of the silent node(s), the shortest; at least torch's
+dead-node bound (``keep_alive_interval * keep_alive_max_attempt``) for a node torch dropped."""
 FLIGHT_RECORDER_DUMP: Final = "torchelastic.flight_recorder.dump"
 """On a training stall and before workers are stopped: the directory of the workers' Flight
 Recorder dumps, one file per global rank (``rank_<n>``), as ``torchfrtrace`` reads them."""

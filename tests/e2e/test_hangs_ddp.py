@@ -9,11 +9,13 @@ collectives thread; its dumps are left where ``torchfrtrace`` reads them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from jobs import job_env, start_agent
 from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.names import attributes as A
+from elastic_otel.parsing.collectives import read_collectives
 
 pytestmark = pytest.mark.e2e
 
@@ -152,3 +155,79 @@ def test_a_functional_collectives_hang_names_the_late_rank(
     grpc_receiver: OtlpReceiver, tmp_path: Path
 ) -> None:
     _hang(grpc_receiver, tmp_path, "_functional_collectives.py", FUNCTIONAL="1")
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (an agent's workers)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def test_a_frozen_node_is_named_by_its_silent_keep_alives(
+    grpc_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """Every rank of a node waits in the same collective when the late ranks are elsewhere:
+    a whole node freezes (its agent and workers stopped, as a host hung in the kernel or cut
+    off). The other node's report says its ranks wait for ranks on other nodes and names the
+    node whose rendezvous keep-alives stopped, with its group rank."""
+    env = job_env(grpc_receiver, tmp_path)
+    env["ELASTIC_OTEL_STALL_AFTER"] = str(STALL_AFTER_S)
+    port, run_id = free_port(), f"frz-{uuid.uuid4().hex[:6]}"
+    conf = ("--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=2",)
+    logs = tmp_path / "host"
+    host = start_agent(
+        env, port, run_id, nproc=2, script=SCRIPT, extra_args=(*conf, f"--log-dir={logs}")
+    )
+    frozen = None
+    try:
+        time.sleep(1.0)  # the first agent binds the endpoint: it hosts the store
+        frozen = start_agent(env, port, run_id, nproc=2, script=SCRIPT, extra_args=conf)
+
+        def training() -> bool:  # the DDP model's all-reduces run on the host's ranks
+            files = logs.rglob("elastic_otel_collectives.json")
+            readings = [read_collectives(str(f.parent)) for f in files]
+            return any(r is not None and r.groups and r.groups[0].issued > 10 for r in readings)
+
+        grpc_receiver.wait_until(training, 90)
+        for pid in [frozen.proc.pid, *_children(frozen.proc.pid)]:
+            os.kill(pid, signal.SIGSTOP)
+
+        def named() -> list[dict]:
+            return [
+                r
+                for r in _training_stalls(grpc_receiver)
+                if r["attributes"].get(A.STALLED_SILENT_GROUP_RANKS) == [1]
+            ]
+
+        (stall,) = grpc_receiver.wait_until(named, 60)[:1]
+        attrs = stall["attributes"]
+        assert attrs[A.STALLED_WAITING] == [0, 1] and A.STALLED_RANKS not in attrs
+        assert attrs[A.STALLED_SILENT_SELF] is False
+        assert attrs[A.STALLED_SILENT_SECONDS] >= 2.0
+        assert "waiting for ranks on other nodes" in stall["body"]
+        assert "(group rank 1) sent no rendezvous keep-alive for" in stall["body"], stall["body"]
+    finally:
+        for agent in (frozen, host):
+            if agent is None:
+                continue
+            pids = [agent.proc.pid, *_children(agent.proc.pid)]
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGCONT)
+            if agent.proc.poll() is None:
+                agent.proc.send_signal(signal.SIGTERM)
+        for agent in (frozen, host):
+            if agent is None:
+                continue
+            try:
+                agent.proc.wait(60)
+            except Exception:
+                agent.proc.kill()

@@ -10,7 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from elastic_otel.model.stalls import rank_progress, training_stall
+from elastic_otel.model.stalls import (
+    describe_training_stall,
+    rank_progress,
+    silence_attributes,
+    silent_nodes,
+    training_stall,
+)
+from elastic_otel.names import attributes as A
 from elastic_otel.parsing.collectives import (
     CollectiveProgress,
     GroupProgress,
@@ -142,3 +149,40 @@ def test_every_rank_in_the_same_collective_waits_for_other_nodes() -> None:
     stall = training_stall(ranks, 70 * S, 60 * S)
     assert stall is not None
     assert (stall.waiting, stall.waited_for, stall.number) == ((2, 3), (), 80)
+
+
+def test_silent_nodes_from_the_rendezvous_keep_alives() -> None:
+    """A member whose keep-alive is older than torch's bound, or that torch dropped as dead,
+    is silent; this node, when it reached no store, names only itself (its view is stale)."""
+    members = {"a_1_0": 0, "b_2_0": 1, "c_3_0": 2}
+    beats = {"a_1_0": 100.0, "b_2_0": 90.0}  # c dropped as dead
+    nodes = silent_nodes(members, beats, "a_1_0", 1.0, 100.0, 4.0)
+    assert [(n.node, n.group_rank, n.seconds, n.dropped) for n in nodes] == [
+        ("b_2_0", 1, 10.0, False),
+        ("c_3_0", 2, 4.0, True),
+    ]
+    attrs = silence_attributes(nodes)
+    assert attrs[A.STALLED_SILENT_NODES] == "b_2_0, c_3_0"
+    assert attrs[A.STALLED_SILENT_GROUP_RANKS] == (1, 2)
+    assert (attrs[A.STALLED_SILENT_SELF], attrs[A.STALLED_SILENT_SECONDS]) == (False, 4.0)
+    text = describe_training_stall(
+        {
+            A.STALLED_SECONDS: 7.0,
+            A.STALLED_WAITING: (0, 1),
+            A.STALLED_COLLECTIVE: "all_reduce",
+            A.STALLED_COLLECTIVE_NUMBER: 80,
+            A.STALLED_PROCESS_GROUP: "0",
+            **attrs,
+        }
+    )
+    assert text == (
+        "stalled 7 s in training: global ranks 0,1 wait in all_reduce #80 of process group 0; "
+        "waiting for ranks on other nodes; node b_2_0, c_3_0 (group rank 1,2) sent no "
+        "rendezvous keep-alive for 4 s or more: its host or link may be down"
+    )
+    cut = silent_nodes(members, beats, "a_1_0", 30.0, 100.0, 4.0)
+    assert [(n.node, n.this_node) for n in cut] == [("a_1_0", True)]
+    assert "this node reached no rendezvous store for 30 s or more" in describe_training_stall(
+        {A.STALLED_SECONDS: 31.0, **silence_attributes(cut)}
+    )
+    assert silent_nodes(members, {"b_2_0": 99.0, "c_3_0": 99.5}, "a_1_0", 0.5, 100.0, 4.0) == []
