@@ -96,7 +96,7 @@ SLOWEST_FIRST = (  # measured (pytest --junitxml: seconds per file), slowest fir
     "test_rendezvous_backends.py",
     "test_fork_safety.py",
     "test_hangs_ddp.py",
-    "test_stragglers.py",
+    "test_straggler_jobs.py",
     "test_root_cause.py",
     "test_registration.py",
     "test_hangs.py",
