@@ -738,11 +738,12 @@ def test_dashboard_metric_names_are_the_ones_the_bridge_exports():
 
 ALERTING_DIR = GRAFANA_DIR / "provisioning" / "alerting"
 ALERTING_FILE = ALERTING_DIR / "torchelastic-stalls.yaml"
+STRAGGLER_ALERTING_FILE = ALERTING_DIR / "torchelastic-stragglers.yaml"
 EXPRESSIONS_UID = "__expr__"  # Grafana's server-side expressions (reduce, threshold, math)
 
 
-def _alert_rules() -> list[dict]:
-    config = load_yaml(ALERTING_FILE)
+def _alert_rules(path: Path = ALERTING_FILE) -> list[dict]:
+    config = load_yaml(path)
     assert config["apiVersion"] == 1
     rules = []
     for group in config["groups"]:
@@ -791,12 +792,14 @@ def test_alert_rules_are_provisioned():
     targets = {target: source for source, target in bind_mounts(_grafana_services()["grafana"])}
     mounted = (GRAFANA_DIR / targets["/etc/grafana/provisioning/alerting"]).resolve()
     assert mounted == ALERTING_DIR.resolve() and ALERTING_FILE.is_file()
+    assert STRAGGLER_ALERTING_FILE.is_file()
     uids = _datasource_uids()
-    rules = _alert_rules()
+    stragglers = _alert_rules(STRAGGLER_ALERTING_FILE)
+    rules = _alert_rules() + stragglers
     assert len({r["uid"] for r in rules}) == len(rules), "duplicate rule uid"
     for rule in rules:
         assert re.fullmatch(r"[a-zA-Z0-9_-]{1,40}", rule["uid"]), rule["uid"]
-        assert rule["title"] and rule["for"] == "1m"
+        assert rule["title"] and rule["for"] == ("2m" if rule in stragglers else "1m")
         assert rule["noDataState"] in {"OK", "NoData", "Alerting", "KeepLast"}
         assert rule["execErrState"] in {"OK", "Error", "Alerting", "KeepLast"}
         refs = [q["refId"] for q in rule["data"]]
@@ -868,6 +871,98 @@ def test_alert_annotations_link_to_the_stall_records():
         assert uids[query["datasource"]["uid"]] == "loki" == query["datasource"]["type"]
         assert query["expr"] == notes["stalled_ranks_query"]
         assert "ranks" in notes["description"]
+
+
+def _straggler_score_gauge() -> tuple[str, str, dict]:
+    """(name, unit, attributes of a rank's score) of the gauge the bridge registers."""
+    from opentelemetry.metrics import CallbackOptions
+
+    from elastic_otel.emit import straggler_metrics
+    from elastic_otel.model.stragglers import RankScore
+
+    gauges = []
+
+    class Meter:
+        def create_observable_gauge(self, name, callbacks, unit, description):
+            gauges.append((name, callbacks, unit))
+
+    straggler_metrics.observe(Meter(), lambda: [RankScore(1, 0.4, 0.3, 0.5, 0.6, "0", 20)])
+    [(name, [callback], unit)] = [g for g in gauges if g[0] == A.METRIC_STRAGGLER_SCORE]
+    [observation] = callback(CallbackOptions())
+    assert observation.value == 0.4
+    return name, unit, dict(observation.attributes)
+
+
+def _straggler_score_metric() -> tuple[str, str]:
+    """The score gauge's Prometheus name and its global rank label."""
+    name, unit, attributes = _straggler_score_gauge()
+    assert (name, unit) == (A.METRIC_STRAGGLER_SCORE, "1")
+    assert attributes == {A.GLOBAL_RANK: 1}
+    metric = _prometheus_name(name, "gauge", unit)
+    assert metric == "torchelastic_straggler_score_ratio"
+    return metric, _label(A.GLOBAL_RANK)
+
+
+def test_straggler_rule_fires_on_the_score_gauge_below_the_threshold():
+    """The rule watches ``torchelastic.straggler.score`` per global rank, firing below the
+    bridge's default straggler threshold for 2 minutes."""
+    from elastic_otel.names.environment_variables import DEFAULT_STRAGGLER_SCORE
+
+    metric, rank = _straggler_score_metric()
+    [rule] = _alert_rules(STRAGGLER_ALERTING_FILE)
+    [expr] = _prometheus_queries(rule)
+    assert re.search(rf"\b{metric}\b", expr), expr
+    assert re.search(rf"by \([^)]*\b{rank}\b", expr), "one alert per rank"
+    [threshold] = [q["model"] for q in rule["data"] if q["refId"] == rule["condition"]]
+    assert threshold["type"] == "threshold"
+    [condition] = threshold["conditions"]
+    assert condition["evaluator"] == {"type": "lt", "params": [DEFAULT_STRAGGLER_SCORE]}
+    assert rule["for"] == "2m"
+
+
+def test_straggler_annotations_link_to_the_straggler_records():
+    """The annotations use only labels the query keeps and point at the Loki records that say
+    what the straggler costs."""
+    from urllib.parse import parse_qs
+
+    from elastic_otel.model.stragglers import STRAGGLER_EVENT_NAME
+
+    uids = _datasource_uids()
+    [rule] = _alert_rules(STRAGGLER_ALERTING_FILE)
+    notes = rule["annotations"]
+    [expr] = _prometheus_queries(rule)
+    [kept] = re.findall(r"by \(([^)]*)\)", expr)
+    labels = {label.strip() for label in kept.split(",")}
+    for text in notes.values():
+        assert "${" not in text and text.count("{{") == text.count("}}")
+        for label in re.findall(r"\$labels\.(\w+)", text):
+            assert label in labels, label
+    event = f'{_label(A.EVENT_NAME)}="{STRAGGLER_EVENT_NAME}"'
+    assert event in notes["stragglers_query"] and event in notes["rank_reports_query"]
+    rank = f'{_label(A.STRAGGLER_RANK)}="{{{{ $labels.{_label(A.GLOBAL_RANK)} }}}}"'
+    assert rank in notes["rank_reports_query"]
+    url = urlsplit(notes["logs_url"])
+    assert (url.hostname, url.port, url.path) == ("localhost", 3000, "/explore")
+    [pane] = json.loads(parse_qs(url.query)["panes"][0]).values()
+    [query] = pane["queries"]
+    assert uids[query["datasource"]["uid"]] == "loki" == query["datasource"]["type"]
+    assert query["expr"] == notes["stragglers_query"]
+    assert _label(A.STRAGGLER_WAITED_SHARE) in notes["description"]
+
+
+def test_dashboard_shows_the_straggler_score_by_rank_with_the_threshold():
+    from elastic_otel.names.environment_variables import DEFAULT_STRAGGLER_SCORE
+
+    metric, rank = _straggler_score_metric()
+    panels = [p for p in all_panels(_dashboard()["panels"]) if p["type"] != "row"]
+    [panel] = [p for p in panels if p["title"].startswith("Stragglers")]
+    [target] = panel["targets"]
+    assert re.search(rf"\b{metric}\b", target["expr"]), target["expr"]
+    assert re.search(rf"by \([^)]*\b{rank}\b", target["expr"]) and rank in target["legendFormat"]
+    defaults = panel["fieldConfig"]["defaults"]
+    assert "line" in defaults["custom"]["thresholdsStyle"]["mode"]
+    steps = [step["value"] for step in defaults["thresholds"]["steps"]]
+    assert steps == [None, DEFAULT_STRAGGLER_SCORE]
 
 
 # --------------------------------------------------------------------------- README

@@ -12,11 +12,14 @@ is the analysis. A round whose training hung lists its stalls, joined across nod
 ``torchelastic.stalled`` reports (:func:`~elastic_otel.cli.timeline.summary.stalls`): the rank
 waited for, on which node and in which frame, the ranks that wait for it, and the innermost
 frame of every rank whose stacks were taken; the agents' own waits (join, exit barrier,
-stopping workers) in a line each. Each node's recovery into a round (``agent.recovery`` and its
+stopping workers) in a line each. A round with a straggler lists it from its node's
+``torchelastic.straggler`` reports (:func:`~elastic_otel.cli.timeline.summary.stragglers`): its
+score, lateness per collective, the share of the time its peers wait, the process group, and
+the round's nodes that named none. Each node's recovery into a round (``agent.recovery`` and its
 phases) is kept on the node's row, for the HTML page to draw. Without rendezvous spans (a
 replayed ``console`` log has none) rounds fall back to the traces the agents' events produced,
 and nodes to the emitting process. Above the rounds, a summary per run says where the job's
-time went, what each failure and job restart cost, and what stalled
+time went, what each failure and job restart cost, what stalled and who straggled
 (:mod:`elastic_otel.cli.timeline.summary`).
 
 :func:`build_timeline` builds the model, :func:`render_text` the terminal table;
@@ -39,6 +42,7 @@ from elastic_otel.cli.timeline.summary import (
     Recovery,
     RunSummary,
     Stall,
+    Straggler,
     as_int,
     consequence_text,
     error_message,
@@ -51,6 +55,9 @@ from elastic_otel.cli.timeline.summary import (
     source_event_name,
     stall_line,
     stalls,
+    straggler_line,
+    straggler_when,
+    stragglers,
     summarize,
     with_logged_exceptions,
 )
@@ -155,6 +162,7 @@ class Round:
     outcome: str = ""
     failure: Failure | None = None  # its root cause and the failures that followed it
     stalls: list[Stall] = field(default_factory=list)  # training stalls, agents' waits
+    stragglers: list[Straggler] = field(default_factory=list)
     lost: list[LostProgress] = field(default_factory=list)  # progress its failure lost
 
     @property
@@ -223,7 +231,7 @@ def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline
     for rnd in rounds:
         traces = {w.trace_id for n in rnd.nodes for w in n.workers}
         rnd.failure = next((failures[t] for t in sorted(traces) if t in failures), None)
-    _add_stalls(spans, logs, builder, rounds, runs)
+    _add_stalls_and_stragglers(spans, logs, builder, rounds, runs)
     times = [s["start_ns"] for s in spans] + [s["end_ns"] for s in spans]
     times += [r["time_ns"] for r in logs if r.get("time_ns")]
     times = [t for t in times if t]
@@ -285,15 +293,15 @@ def _with_resource_identity(span: Item) -> Item:
     return {**span, "attributes": {**attributes, **missing}} if missing else span
 
 
-def _add_stalls(
+def _add_stalls_and_stragglers(
     spans: list[Item],
     logs: list[Item],
     builder: _Builder,
     rounds: list[Round],
     runs: list[RunSummary],
 ) -> None:
-    """Join the stall reports per round and hand each stall to its round and its run. A
-    report is on its node's span; without one (no rendezvous spans) its process names it."""
+    """Join the stall and straggler reports per round and hand each to its round and its run.
+    A report is on its node's span; without one (no rendezvous spans) its process names it."""
     by_instance = {
         instance_id(s): builder.span_node[s["span_id"]]
         for s in spans
@@ -323,6 +331,13 @@ def _add_stalls(
         run = by_run.get(stall.run_id)
         if run is not None:
             run.stalls.append(stall)
+    for straggler in stragglers(logs, node_of, numbers, nodes):
+        rnd = traces.get(straggler.trace_id)
+        if rnd is not None and id(rnd) in shown:
+            rnd.stragglers.append(straggler)
+        run = by_run.get(straggler.run_id)
+        if run is not None:
+            run.stragglers.append(straggler)
 
 
 def lost_spans(spans: list[Item], logs: list[Item]) -> list[Item]:
@@ -684,6 +699,11 @@ def render_text(timeline: Timeline, color: bool = False) -> str:
         lines += ["  " + line for line in _table(rows, paint)]
         if rnd.stalls:
             lines += ["", *("  " + line for s in rnd.stalls for line in stall_lines(s, rel, paint))]
+        if rnd.stragglers:
+            lines += [
+                "",
+                *("  " + line for s in rnd.stragglers for line in straggler_lines(s, rel, paint)),
+            ]
         if rnd.failure is not None:
             lines += ["", *("  " + line for line in failure_lines(rnd.failure, rel, paint))]
         for lost in rnd.lost:
@@ -721,6 +741,16 @@ def stall_lines(stall: Stall, rel: Any, paint: Any = lambda text, code: text) ->
     for rank, node, frame, waited in frame_lines(stall):
         text = f"  global rank {rank} on {node}: {frame}"
         lines.append(paint(text + "  (waited for)", _YELLOW) if waited else text)
+    return lines
+
+
+def straggler_lines(
+    straggler: Straggler, rel: Any, paint: Any = lambda text, code: text
+) -> list[str]:
+    """A straggler with when it was reported, then the round's nodes that named none."""
+    lines = [paint(straggler_line(straggler), _YELLOW) + f" · {straggler_when(straggler, rel)}"]
+    if straggler.quiet:
+        lines.append(f"  no straggler named by {', '.join(straggler.quiet)}")
     return lines
 
 

@@ -5,7 +5,9 @@ window shows all of it): the run's totals; each failure with its root cause acro
 workers that failed after it with their delays, the job restart it led to and its cost, and
 each node's recovery phase by phase; the nodes that held a round up; each stall, joined across
 nodes: what the ranks wait in, the rank they wait for with its innermost frame and its whole
-stacks (a ``<details>`` element), the ranks waiting, and the innermost frame of every rank.
+stacks (a ``<details>`` element), the ranks waiting, and the innermost frame of every rank;
+each straggler: its rank and node, score, lateness per collective, the share of the time its
+peers wait, the process group, when it was reported, and the round's nodes that named none.
 
 Rows are nodes in join order, grouped by round, each followed by its recoveries into the round
 and its workers. Bars are the join wait, the time in the round, the agent's rendezvous steps,
@@ -13,7 +15,8 @@ each recovery with its phases as labelled segments (stop workers, rendezvous, as
 start workers), and each worker run; failures are red (a peer's failure hatched), the root cause
 is named on its round and its worker, restarts are marked on the time axis, a stall is marked
 at its start on the row of the rank waited for (the ranks waiting in it are underlined for its
-length; an agent's wait on its node's row), and hovering a bar shows its details. The chart's
+length; an agent's wait on its node's row), a straggler is flagged and underlined on its worker's
+row from its first report to its last, and hovering a bar shows its details. The chart's
 data is embedded as JSON and drawn by the script; script errors are written into the page
 (``#js-errors``) so that they are visible, also to a headless browser's ``--dump-dom``.
 """
@@ -32,6 +35,7 @@ from elastic_otel.cli.timeline.summary import (
     Restart,
     RunSummary,
     Stall,
+    Straggler,
     cause_facts,
     cause_text,
     consequence_text,
@@ -46,6 +50,7 @@ from elastic_otel.cli.timeline.summary import (
     seconds,
     stall_line,
     stall_text,
+    straggler_line,
 )
 from elastic_otel.model.stalls import TRAINING
 from elastic_otel.names import attributes as A
@@ -95,6 +100,18 @@ def summary_html(runs: list[RunSummary], rel: Any) -> str:
                 "<thead><tr><th>From</th><th>Round</th><th>Stalled</th><th>Waiting for</th>"
                 "<th>Waiting in it</th><th>Innermost frame per rank</th></tr></thead><tbody>",
                 *(_stall_row(stall, rel) for stall in run.stalls),
+                "</tbody></table>",
+            ]
+        if run.stragglers:
+            out += [
+                f'<table class="stragglers"><caption>Stragglers · run {e(run.run_id)} · '
+                f"{_straggler_count(run)}</caption>"
+                '<colgroup><col class="c-at"><col class="c-round"><col class="c-rank">'
+                '<col class="c-score"><col class="c-late"><col class="c-wait"><col class="c-group">'
+                "</colgroup><thead><tr><th>Reported</th><th>Round</th><th>Straggler</th>"
+                "<th>Score</th><th>Late per collective</th><th>Its peers wait</th>"
+                "<th>Process group</th></tr></thead><tbody>",
+                *(_straggler_row(s, rel) for s in run.stragglers),
                 "</tbody></table>",
             ]
         rows = [_happening_row(run, f, r, rel) for f, r in happenings(run)]
@@ -180,6 +197,50 @@ def _stall_row(stall: Stall, rel: Any) -> str:
         f'<tr class="stall"><td>{e(rel(stall.start_ns))}</td><td>{e(number)}</td>'
         f"<td>{what}</td><td>{waited}</td><td>{waiting}</td><td>{frames}</td></tr>"
     )
+
+
+def _straggler_count(run: RunSummary) -> str:
+    """``1 rank, lowest score 0.02``."""
+    ranks = {(s.node, s.rank) for s in run.stragglers}
+    lowest = min(s.lowest for s in run.stragglers)
+    return f"{len(ranks)} rank{'s' if len(ranks) > 1 else ''}, lowest score {lowest:.2f}"
+
+
+def _straggler_row(straggler: Straggler, rel: Any) -> str:
+    """A straggler: who, its score, its lateness, who waits for it and how much, where."""
+    e = html.escape
+    r = straggler.latest
+    number = "" if straggler.round is None else str(straggler.round)
+    when = e(rel(straggler.start_ns))
+    if len(straggler.reports) > 1:
+        when += f" → {e(rel(straggler.end_ns))}"
+    who = f'<b class="straggler">global rank {straggler.rank} on {e(straggler.node)}</b>'
+    if straggler.quiet:
+        who += f'<div class="facts">no straggler named by {e(", ".join(straggler.quiet))}</div>'
+    score = f"{r.score:.2f}"
+    if straggler.lowest < r.score:
+        score += f' <span class="facts">(lowest {straggler.lowest:.2f})</span>'
+    if r.windows is not None:
+        score += f'<div class="facts">over {r.windows} windows</div>'
+    late = "" if r.lateness_s is None else f"{r.lateness_s:.3f} s"
+    if r.interval_s is not None:
+        late += f'<div class="facts">one collective every {r.interval_s:.3f} s</div>'
+    wait = "" if r.waited_share is None else f'<b class="cost">{r.waited_share * 100:.0f} %</b>'
+    if straggler.waiting:
+        wait += f'<div class="facts">{e(ranks_text(straggler.waiting))}</div>'
+    return (
+        f'<tr class="straggler"><td>{when}</td><td>{e(number)}</td><td>{who}</td>'
+        f"<td>{score}</td><td>{late}</td><td>{wait}</td><td>{e(r.group)}</td></tr>"
+    )
+
+
+def _straggler_marks(rnd: Round, sec: Any) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """Per (node, global rank) of a worker: the spells it straggled in the round."""
+    marks: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for s in rnd.stragglers:
+        mark = {"start": sec(s.start_ns), "end": sec(s.end_ns), "text": straggler_line(s)}
+        marks.setdefault((s.node, s.rank), []).append(mark)
+    return marks
 
 
 def _stall_marks(
@@ -313,7 +374,9 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
             "detail": b.detail,
         }
 
-    def worker(w: WorkerRow, roles: dict[str, tuple[str, str]], stalls: Any) -> dict[str, Any]:
+    def worker(
+        w: WorkerRow, roles: dict[str, tuple[str, str]], stalls: Any, slow: Any
+    ) -> dict[str, Any]:
         role, note = roles.get(w.span_id, ("", ""))
         return {
             "rank": w.global_rank,
@@ -329,11 +392,13 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
             "role": role,
             "note": note,
             "stalls": stalls,
+            "stragglers": slow,
         }
 
     def node(n: NodeRow, rnd: Round) -> dict[str, Any]:
         roles = _roles(rnd)
         marks, node_marks = _stall_marks(rnd, sec)
+        slow = _straggler_marks(rnd, sec)
         return {
             "label": n.label,
             "rank": n.rank,
@@ -342,7 +407,13 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
             "member": bar(n.member),
             "steps": [bar(s) for s in n.steps],
             "workers": [
-                worker(w, roles, marks.get((n.label, w.global_rank), [])) for w in n.workers
+                worker(
+                    w,
+                    roles,
+                    marks.get((n.label, w.global_rank), []),
+                    slow.get((n.label, w.global_rank), []) if w.global_rank is not None else [],
+                )
+                for w in n.workers
             ],
             "stalls": node_marks.get(n.label, []),
             "lost_progress": [
@@ -376,6 +447,9 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
                     cause_text(r.failure.root) if r.failure and r.failure.root else None
                 ),
                 "stalls": [stall_text(s) for s in r.stalls],
+                "stragglers": [
+                    f"global rank {s.rank} (score {s.latest.score:.2f})" for s in r.stragglers
+                ],
                 "nodes": [node(n, r) for n in r.nodes],
             }
             for r in timeline.rounds
@@ -539,6 +613,18 @@ header h1 { font-size: 18px; margin: 0 0 4px; }
 .stall-mark { position: absolute; top: 1px; height: 20px; z-index: 2; border-left: 3px solid
   #b45309; padding: 0 4px; font-size: 9px; font-weight: 700; line-height: 12px; color: #fff;
   background: #b45309; border-radius: 0 3px 3px 0; white-space: nowrap; }
+#run-summary b.straggler, .round-head .straggler { color: #a16207; font-weight: 600; }
+.stragglers .c-at { width: 150px; }
+.stragglers .c-round { width: 64px; }
+.stragglers .c-rank { width: 22%; }
+.stragglers .c-score { width: 12%; }
+.stragglers .c-late { width: 19%; }
+.stragglers .c-wait { width: 18%; }
+.worker.straggler .label { color: #a16207; font-weight: 600; }
+.straggler-band { position: absolute; top: 18px; height: 4px; z-index: 1; background: #ca8a04; }
+.straggler-mark { position: absolute; top: 1px; height: 12px; z-index: 2; padding: 0 4px;
+  font-size: 9px; font-weight: 700; line-height: 12px; color: #fff; background: #ca8a04;
+  border-radius: 0 3px 3px 0; white-space: nowrap; }
 #tooltip { position: fixed; z-index: 10; max-width: 460px; background: #1f2933; color: #fff;
   padding: 8px 10px; border-radius: 5px; font-size: 12px; pointer-events: none;
   box-shadow: 0 4px 14px rgba(0,0,0,.25); white-space: pre-line; }
@@ -613,6 +699,22 @@ _JS = r"""
     });
   }
 
+  // A straggler on its worker's row: flagged at its first report, underlined to its last.
+  function stragglerMarks(track, marks, heading) {
+    (marks || []).forEach(function (s) {
+      var lines = [s.text, "reported " + secs(s.start) + " \u2192 " + secs(s.end)];
+      var band = el("div", "straggler-band");
+      band.style.left = pct(s.start);
+      band.style.width = "calc(" + pct(s.end - s.start) + " + 1px)";
+      tip(band, heading, lines);
+      track.appendChild(band);
+      var mark = el("div", "straggler-mark", "STRAGGLER");
+      mark.style.left = pct(s.start);
+      tip(mark, heading, lines);
+      track.appendChild(mark);
+    });
+  }
+
   function row(cls, label) {
     var r = el("div", "row " + cls);
     var l = el("div", "label", label);
@@ -670,6 +772,13 @@ _JS = r"""
     key.appendChild(flag);
     key.appendChild(document.createTextNode(
       "stall: from its start, on the rank waited for (the waiting ranks underlined)"));
+    box.appendChild(key);
+    key = el("span", "key");
+    flag = el("span", "swatch");
+    flag.style.background = "#ca8a04";
+    key.appendChild(flag);
+    key.appendChild(document.createTextNode(
+      "straggler: its peers wait for it at every collective (first to last report)"));
     box.appendChild(key);
   }
 
@@ -750,7 +859,8 @@ _JS = r"""
     n.workers.forEach(function (w) {
       var rank = w.rank === null ? "?" : w.rank;
       var role = w.role ? " " + w.role : "";
-      var wr = row("worker" + (w.failed ? " failed" : "") + role,
+      var slow = (w.stragglers || []).length ? " straggler" : "";
+      var wr = row("worker" + (w.failed ? " failed" : "") + role + slow,
                    "worker rank " + rank + " \u00b7 " + w.state);
       if (w.note) { wr.row.firstChild.title += " \u00b7 " + w.note; }
       var lines = [secs(w.start) + " \u2192 " + secs(w.end) + " (" + dur(w.start, w.end) + ")",
@@ -765,6 +875,8 @@ _JS = r"""
                    "worker rank " + rank + " \u00b7 " + w.state, lines);
       if (w.role === "root") { wb.textContent = "ROOT CAUSE"; }
       stallMarks(wr.track, w.stalls, "stalled \u00b7 worker rank " + rank + " \u00b7 " + n.label);
+      stragglerMarks(wr.track, w.stragglers,
+                     "straggler \u00b7 worker rank " + rank + " \u00b7 " + n.label);
       box.appendChild(wr.row);
     });
   }
@@ -797,6 +909,10 @@ _JS = r"""
       round.stalls.forEach(function (text) {
         h.track.appendChild(document.createTextNode(" \u00b7 "));
         h.track.appendChild(el("span", "stall", "stalled: " + text));
+      });
+      (round.stragglers || []).forEach(function (text) {
+        h.track.appendChild(document.createTextNode(" \u00b7 "));
+        h.track.appendChild(el("span", "straggler", "straggler: " + text));
       });
       box.appendChild(h.row);
       if (round.note) { restarts.push([round, h.row]); }

@@ -26,7 +26,10 @@ Per run id, from the bridge's spans (and the training scripts' ``worker.first_st
   ranks wait. One stall is every node's latest report of waits that overlap in time; the rank
   named by any node is the one waited for, with the innermost frame of each rank from the
   workers' stack records (``elastic_otel.agent.worker_stacks``). Waits of the agents (join,
-  exit barrier, stopping workers) are joined the same way, per kind.
+  exit barrier, stopping workers) are joined the same way, per kind;
+* **stragglers**, from the logs: the ``torchelastic.straggler`` reports of a round
+  (:func:`stragglers`). Each node scores only its own ranks; one straggler is a rank's
+  consecutive reports (its window count growing), beside the round's nodes that named none.
 
 Unions, not sums: nodes join and run side by side, and the wall clock is what a job pays.
 """
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_otel.model.stalls import STALL_EVENT_NAME, TRAINING
+from elastic_otel.model.stragglers import STRAGGLER_EVENT_NAME
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import WORKER_STACKS_EVENT, WorkerState
 
@@ -250,6 +254,59 @@ class Stall:
 
 
 @dataclass
+class StragglerReport:
+    """One node's ``torchelastic.straggler`` record: a local rank its local peers wait for."""
+
+    node: str
+    rank: int
+    time_ns: int
+    score: float
+    lateness_s: float | None = None  # mean seconds per collective after the fastest local peer
+    interval_s: float | None = None  # mean seconds between collectives of the group
+    waited_share: float | None = None  # share of that interval its local peers wait for it
+    waiting: tuple[int, ...] = ()  # its local peers
+    windows: int | None = None  # consecutive windows it has been the node's straggler
+    group: str = ""  # the process group
+    run_id: str = ""
+    trace_id: str = ""
+
+
+@dataclass
+class Straggler:
+    """One rank straggling in a round: its node's consecutive reports of it."""
+
+    rank: int
+    node: str
+    run_id: str
+    trace_id: str
+    reports: list[StragglerReport]  # in order of time
+    round: int | None = None
+    quiet: list[str] = field(default_factory=list)  # the round's nodes that named no straggler
+
+    @property
+    def start_ns(self) -> int:
+        """Its first report (it straggled for some windows before)."""
+        return self.reports[0].time_ns
+
+    @property
+    def end_ns(self) -> int:
+        return self.reports[-1].time_ns
+
+    @property
+    def latest(self) -> StragglerReport:
+        return self.reports[-1]
+
+    @property
+    def lowest(self) -> float:
+        return min(r.score for r in self.reports)
+
+    @property
+    def waiting(self) -> list[tuple[int, str]]:
+        """(global rank, node) of the local peers that wait for it."""
+        return [(rank, self.node) for rank in sorted({p for r in self.reports for p in r.waiting})]
+
+
+@dataclass
 class RunSummary:
     run_id: str
     start_ns: int
@@ -261,6 +318,7 @@ class RunSummary:
     hold_ups: list[HoldUp] = field(default_factory=list)
     job_failed: bool = False  # an agent.run of the run ended FAILED
     stalls: list[Stall] = field(default_factory=list)  # training stalls and agents' waits
+    stragglers: list[Straggler] = field(default_factory=list)
 
     @property
     def wall_ns(self) -> int:
@@ -707,6 +765,88 @@ def _stacks_of(
     return dict(sorted(out.items()))
 
 
+# --- stragglers -----------------------------------------------------------------------------
+
+
+def stragglers(
+    logs: Iterable[Item],
+    node_of: Callable[[Item], str],
+    rounds: dict[str, int] | None = None,
+    round_nodes: dict[str, list[str]] | None = None,
+) -> list[Straggler]:
+    """The stragglers the ``torchelastic.straggler`` records report, per round (trace) and
+    rank, in order of first report. A rank's reports are one straggler while its window count
+    grows; a count that starts again is a new one. ``round_nodes`` names each round's nodes (to
+    say which named none)."""
+    rounds, round_nodes = rounds or {}, round_nodes or {}
+    by_rank: dict[tuple[str, str, str, int], list[StragglerReport]] = {}
+    for record in logs:
+        attrs = record.get("attributes", {})
+        if (record.get("event_name") or attrs.get(A.EVENT_NAME)) != STRAGGLER_EVENT_NAME:
+            continue
+        report = _straggler_report(record, node_of)
+        if report is not None:
+            key = (report.run_id, report.trace_id, report.node, report.rank)
+            by_rank.setdefault(key, []).append(report)
+    named: dict[str, set[str]] = {}
+    for _, trace_id, node, _ in by_rank:
+        named.setdefault(trace_id, set()).add(node)
+    found = []
+    for (run_id, trace_id, node, rank), reports in by_rank.items():
+        quiet = [n for n in round_nodes.get(trace_id, []) if n not in named[trace_id]]
+        for spell in _spells(sorted(reports, key=lambda r: r.time_ns)):
+            found.append(
+                Straggler(rank, node, run_id, trace_id, spell, rounds.get(trace_id), quiet)
+            )
+    found.sort(key=lambda s: (s.start_ns, s.rank))
+    return found
+
+
+def _straggler_report(record: Item, node_of: Callable[[Item], str]) -> StragglerReport | None:
+    attrs = record.get("attributes", {})
+    rank, score = as_int(attrs.get(A.STRAGGLER_RANK)), _number(attrs.get(A.STRAGGLER_SCORE))
+    if rank is None or score is None:
+        return None
+    return StragglerReport(
+        node=node_of(record),
+        rank=rank,
+        time_ns=int(record.get("time_ns", 0)),
+        score=score,
+        lateness_s=_number(attrs.get(A.STRAGGLER_LATENESS)),
+        interval_s=_number(attrs.get(A.STRAGGLER_INTERVAL)),
+        waited_share=_number(attrs.get(A.STRAGGLER_WAITED_SHARE)),
+        waiting=_ranks(attrs.get(A.STRAGGLER_WAITING)),
+        windows=as_int(attrs.get(A.STRAGGLER_WINDOWS)),
+        group=str(attrs.get(A.STRAGGLER_PROCESS_GROUP, "") or ""),
+        run_id=str(attrs.get(A.RUN_ID, "") or ""),
+        trace_id=str(record.get("trace_id", "") or ""),
+    )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _spells(reports: list[StragglerReport]) -> list[list[StragglerReport]]:
+    """A rank's reports, in order of time → its straggling spells: a report whose window
+    count does not exceed the one before began anew (the rank kept up in between)."""
+    spells: list[list[StragglerReport]] = []
+    for report in reports:
+        before = spells[-1][-1] if spells else None
+        if (
+            before is not None
+            and report.windows is not None
+            and before.windows is not None
+            and report.windows > before.windows
+        ):
+            spells[-1].append(report)
+        else:
+            spells.append([report])
+    return spells
+
+
 # --- helpers the timeline shares ------------------------------------------------------------
 
 
@@ -962,6 +1102,63 @@ def stall_summary_lines(run: RunSummary, rel: Rel) -> list[str]:
     return lines
 
 
+def straggler_text(straggler: Straggler) -> str:
+    """``global rank 1 on node-a, score 0.02, 0.300 s late per collective of process group 0,
+    its peers wait 98 % of the time``."""
+    r = straggler.latest
+    parts = [f"global rank {straggler.rank} on {straggler.node}", f"score {r.score:.2f}"]
+    if r.lateness_s is not None:
+        of = f" of process group {r.group}" if r.group else ""
+        parts.append(f"{r.lateness_s:.3f} s late per collective{of}")
+    if r.waited_share is not None:
+        parts.append(f"its peers wait {r.waited_share * 100:.0f} % of the time")
+    return ", ".join(parts)
+
+
+def straggler_line(straggler: Straggler) -> str:
+    """A straggler below its round: ``STRAGGLER global rank 1 on node-a: score 0.02 (lowest
+    0.01) over 13 windows; each collective of process group 0 0.300 s after its fastest local
+    peer (one every 0.306 s); global rank 0 (node-a) waits 98 % of that time for it``."""
+    r = straggler.latest
+    head = f"STRAGGLER global rank {straggler.rank} on {straggler.node}: score {r.score:.2f}"
+    if straggler.lowest < r.score:
+        head += f" (lowest {straggler.lowest:.2f})"
+    if r.windows is not None:
+        head += f" over {r.windows} window{'s' if r.windows > 1 else ''}"
+    parts = [head]
+    if r.lateness_s is not None:
+        of = f" of process group {r.group}" if r.group else ""
+        every = f" (one every {r.interval_s:.3f} s)" if r.interval_s is not None else ""
+        parts.append(
+            f"each collective{of} {r.lateness_s:.3f} s after its fastest local peer{every}"
+        )
+    waiting = straggler.waiting
+    if waiting and r.waited_share is not None:
+        verb = "waits" if len(waiting) == 1 else "wait"
+        parts.append(
+            f"{_global_ranks(len(waiting))} {ranks_text(waiting)} {verb} "
+            f"{r.waited_share * 100:.0f} % of that time for it"
+        )
+    return "; ".join(parts)
+
+
+def straggler_when(straggler: Straggler, rel: Rel) -> str:
+    """``round 0, reported +32.000s to +92.000s`` (``at`` for a single report)."""
+    where = f"round {straggler.round}, " if straggler.round is not None else ""
+    if len(straggler.reports) == 1:
+        return f"{where}reported at {rel(straggler.start_ns)}"
+    return f"{where}reported {rel(straggler.start_ns)} to {rel(straggler.end_ns)}"
+
+
+def straggler_summary_lines(run: RunSummary, rel: Rel) -> list[str]:
+    """``1 straggler: global rank 1 on node-a, score 0.02, ... (round 0, reported ...)``."""
+    if not run.stragglers:
+        return []
+    n = len(run.stragglers)
+    items = "; ".join(f"{straggler_text(s)} ({straggler_when(s, rel)})" for s in run.stragglers)
+    return [f"  {n} straggler{'s' if n > 1 else ''}: {items}"]
+
+
 def render_summary(summaries: list[RunSummary], rel: Rel) -> list[str]:
     """Text lines of the summaries; ``rel`` formats a time relative to the timeline's start."""
     lines: list[str] = []
@@ -980,6 +1177,7 @@ def render_summary(summaries: list[RunSummary], rel: Rel) -> list[str]:
             for r in restart.recoveries if restart is not None else ():
                 lines.append(f"    recovery on {r.node} at {rel(r.start_ns)}: {recovery_text(r)}")
         lines += stall_summary_lines(run, rel)
+        lines += straggler_summary_lines(run, rel)
         for h in run.hold_ups:
             label = "round ?" if h.round is None else f"round {h.round}"
             lines.append(
