@@ -41,6 +41,8 @@ from elastic_otel.names.settings import Settings
 from elastic_otel.parsing.torch_events import safe_text
 
 if TYPE_CHECKING:  # both import the OpenTelemetry SDK: only once the bridge starts
+    from opentelemetry._logs import Logger
+
     from elastic_otel.emit.emitter import Emitter
     from elastic_otel.emit.pipeline import Pipeline
 
@@ -146,6 +148,12 @@ class OtelHandler(logging.Handler):
         ):
             return None
         return answer[0] if answer else None
+
+    def output_logger(self) -> Logger | None:
+        """The SDK logger the bridge emits on (``None`` before it started, or exporting
+        nothing): for records that need no trace model, such as the workers' output."""
+        pipeline = self._pipeline
+        return pipeline.logger if self._started and pipeline is not None else None
 
     def observe_spans(self, observer: SpanObserver | None) -> None:
         """Have ``observer`` see every batch of ended spans, on the worker thread."""

@@ -77,6 +77,8 @@ from elastic_otel.bridge.handler import OtelHandler, get_handler
 from elastic_otel.integration.goodput import GOODPUT
 from elastic_otel.integration.oom_kills import oom_kill_count
 from elastic_otel.integration.training_watch import WATCH, FlightRecorderDumps, WatchedWorker
+from elastic_otel.integration.worker_output import capture_logs_specs, last_output
+from elastic_otel.integration.worker_output import finish as finish_output
 from elastic_otel.model.failures import WorkerEnd, classify, root_cause
 from elastic_otel.model.goodput import Summary
 from elastic_otel.model.stalls import (
@@ -104,9 +106,11 @@ from elastic_otel.names.torch_names import (
 )
 from elastic_otel.parsing.worker_progress import WorkerProgress
 from elastic_otel.parsing.worker_reports import (
+    MAX_REPORT_BYTES,
     WorkerReport,
     main_thread_frame,
     read_worker_report,
+    with_source_lines,
 )
 
 _logger = logging.getLogger("elastic_otel")
@@ -346,6 +350,8 @@ def _watchdog_wrapper(bridge: OtelHandler) -> Wrapper:
                     if bridge.settings.worker_startup:
                         _add_worker_startup(envs)
                     _add_trace_context(self, envs, bridge)
+                    if bridge.settings.worker_output_streams:
+                        capture_logs_specs(self, bridge)
             except Exception:  # never the agent's problem
                 _logger.debug("elastic-otel: workers started without trace context", exc_info=True)
             return original(self, envs)
@@ -368,7 +374,12 @@ def _close_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
             WATCH.before_stop(self, failed)
         except Exception:  # never the agent's problem
             _logger.debug("elastic-otel: close not observed", exc_info=True)
-        return original(self, death_sig, timeout)
+        result = original(self, death_sig, timeout)
+        try:
+            finish_output(self)  # the ended workers' output, to its last line
+        except Exception:  # never the agent's problem
+            _logger.debug("elastic-otel: worker output not read to its end", exc_info=True)
+        return result
 
     return close
 
@@ -668,16 +679,19 @@ def _report_outcomes(agent: Any, worker_group: Any, result: Any, handler: OtelHa
             end, report = ended[worker.global_rank]
             kind = classify(end)
             failure = failures[worker.global_rank]
+            words, fault = last_output(getattr(agent, "_pcontext", None), worker.local_rank)
             event = _construct(
                 agent,
                 _KIND_STATES[kind].value,
                 EventSource.WORKER,
                 worker,
-                raw_error=None if kind == A.KIND_STOPPED else _raw_error(failure, report),
+                raw_error=None if kind == A.KIND_STOPPED else _raw_error(failure, report, fault),
                 exit_code=failure.exitcode,
                 worker_pid=failure.pid,
             )
             event.metadata["failure.kind"] = kind
+            if kind == A.KIND_ROOT_CAUSE and words:
+                event.metadata["last_words"] = words
             if kind == A.KIND_STOPPED and root_rank is not None:
                 event.metadata["stopped_after"] = root_rank
             if oom and kind == A.KIND_ROOT_CAUSE and end.exit_code == -signal.SIGKILL:
@@ -765,15 +779,22 @@ def _fatal_error(fault_stack: str) -> str:
     return lines[0] + where
 
 
-def _raw_error(failure: Any, report: WorkerReport | None) -> str | None:
+def _raw_error(
+    failure: Any, report: WorkerReport | None, stderr_fault: str | None = None
+) -> str | None:
     """The worker's error in the shape of torch's error file (what the parser reads): the
-    worker start-up's report (an exception, or a fatal signal's Python stack), else torch's."""
+    worker start-up's report (an exception, or a fatal signal's Python stack), else the fatal
+    signal's stack ``faulthandler`` wrote on the worker's stderr (torch's ``@record`` points it
+    there), else torch's."""
     if report is not None and report.exception_type:
         message = f"{report.exception_type}: {report.message or ''}"
         stack = report.traceback or ""
     elif report is not None and report.fault_stack:
         message = _fatal_error(report.fault_stack)
         stack = report.fault_stack
+    elif stderr_fault and (getattr(failure, "exitcode", 0) or 0) < 0:
+        stack = with_source_lines(stderr_fault, MAX_REPORT_BYTES)
+        message = _fatal_error(stack)
     else:
         data = getattr(failure, "error_file_data", None)
         return json.dumps(data) if data else None

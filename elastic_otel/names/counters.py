@@ -43,6 +43,8 @@ class EventCounters(Counters):
         "processed",
         "received",
         "unparsed",
+        "worker_output_dropped",
+        "worker_output_records",
     )
     received: int
     processed: int
@@ -52,6 +54,8 @@ class EventCounters(Counters):
     # model, or still queued when the exit flush ran out of time
     internal_errors: int
     heartbeat_logs_skipped: int
+    worker_output_records: int  # workers' output lines (or tracebacks) made log records
+    worker_output_dropped: int  # workers' output lines past the rate limit
 
 
 class DeliveryCounters(Counters):
@@ -98,5 +102,6 @@ DROP_REASONS = {
     "collector_outage": "dropped_collector_outage",
     "rejected": "dropped_invalid",
     "lost_at_exit": "lost_at_exit",
+    "worker_output_rate": "worker_output_dropped",
 }
 """``elastic_otel.reason`` value of the ``elastic_otel.dropped`` metric → the counter it reads."""

@@ -188,6 +188,25 @@ ELASTIC_OTEL_STRAGGLER_SCORE = "ELASTIC_OTEL_STRAGGLER_SCORE"
 """A rank whose straggler score (1: as fast as its fastest local peer) stays below this, the
 worst of its node, for consecutive windows is reported as a straggler (default ``0.75``)."""
 DEFAULT_STRAGGLER_SCORE = 0.75
+ELASTIC_OTEL_WORKER_OUTPUT = "ELASTIC_OTEL_WORKER_OUTPUT"
+"""Which streams of its workers the instrumented agent turns into log records on their
+``worker`` spans: ``stderr`` (default), ``stdout``, ``all`` (both) or ``none``."""
+DEFAULT_WORKER_OUTPUT = "stderr"
+WORKER_OUTPUT_STREAMS = {
+    "stderr": ("stderr",),
+    "stdout": ("stdout",),
+    "all": ("stdout", "stderr"),
+    "none": (),
+}
+"""The values of ``ELASTIC_OTEL_WORKER_OUTPUT`` → the streams they capture."""
+ELASTIC_OTEL_WORKER_OUTPUT_RATE = "ELASTIC_OTEL_WORKER_OUTPUT_RATE"
+"""Records per second and worker at most (a burst of as many); lines past it are counted in
+``elastic_otel.stats()`` (``worker_output_dropped``), not exported (default ``1000``; ``0``:
+no limit)."""
+DEFAULT_WORKER_OUTPUT_RATE = 1000.0
+ELASTIC_OTEL_WORKER_OUTPUT_LINE_MAX = "ELASTIC_OTEL_WORKER_OUTPUT_LINE_MAX"
+"""Bytes of one output line kept (default ``16384``); the record of a longer line is flagged."""
+DEFAULT_WORKER_OUTPUT_LINE_MAX = 16384
 
 # --- OTLP JSON file exporters (elastic_otel.emit.otlp_json) ---------------------------------------
 
@@ -263,3 +282,25 @@ def env_exception_signal() -> str | None:
             raw[:40],
         )
     return None
+
+
+def env_worker_output() -> str:
+    """``ELASTIC_OTEL_WORKER_OUTPUT`` as one of :data:`WORKER_OUTPUT_STREAMS` (``false``:
+    ``none``; ``stdout,stderr``: ``all``); the default, with one warning, for another value."""
+    name = ELASTIC_OTEL_WORKER_OUTPUT
+    raw = os.environ.get(name, "").strip().lower().replace(" ", "")
+    if raw in _FALSE:
+        return "none"
+    if raw in ("stdout,stderr", "stderr,stdout"):
+        return "all"
+    if not raw or raw in WORKER_OUTPUT_STREAMS:
+        return raw or DEFAULT_WORKER_OUTPUT
+    if name not in _warned_flags:
+        _warned_flags.add(name)
+        _logger.warning(
+            "elastic-otel: %s=%r is none of stderr, stdout, all, none; using %s",
+            name,
+            raw[:40],
+            DEFAULT_WORKER_OUTPUT,
+        )
+    return DEFAULT_WORKER_OUTPUT

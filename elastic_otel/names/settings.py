@@ -33,6 +33,9 @@ from elastic_otel.names.environment_variables import (
     DEFAULT_STALL_AFTER_S,
     DEFAULT_STRAGGLER_SCORE,
     DEFAULT_STRAGGLER_WINDOW_S,
+    DEFAULT_WORKER_OUTPUT,
+    DEFAULT_WORKER_OUTPUT_LINE_MAX,
+    DEFAULT_WORKER_OUTPUT_RATE,
     ELASTIC_OTEL_AGENT_INSTRUMENTATION,
     ELASTIC_OTEL_ENABLED,
     ELASTIC_OTEL_EXIT_TIMEOUT,
@@ -51,12 +54,16 @@ from elastic_otel.names.environment_variables import (
     ELASTIC_OTEL_STRAGGLER_SCORE,
     ELASTIC_OTEL_STRAGGLER_WINDOW,
     ELASTIC_OTEL_TRACES,
+    ELASTIC_OTEL_WORKER_OUTPUT_LINE_MAX,
+    ELASTIC_OTEL_WORKER_OUTPUT_RATE,
     ELASTIC_OTEL_WORKER_STARTUP,
+    WORKER_OUTPUT_STREAMS,
     env_exception_signal,
     env_flag,
     env_float,
     env_int,
     env_switch,
+    env_worker_output,
 )
 
 
@@ -104,9 +111,21 @@ class Settings:
     """``ELASTIC_OTEL_WORKER_STARTUP``: the worker-side start-up the instrumented agent arranges."""
     goodput: bool = True
     """``ELASTIC_OTEL_GOODPUT``: the agent's goodput accounting (summary records, metrics)."""
+    worker_output: str = DEFAULT_WORKER_OUTPUT
+    """``ELASTIC_OTEL_WORKER_OUTPUT``: the workers' streams that become log records
+    (``stderr``, ``stdout``, ``all``, ``none``; :attr:`worker_output_streams`)."""
+    worker_output_rate: float = DEFAULT_WORKER_OUTPUT_RATE
+    """``ELASTIC_OTEL_WORKER_OUTPUT_RATE``: records per second and worker (0: no limit)."""
+    worker_output_line_max: int = DEFAULT_WORKER_OUTPUT_LINE_MAX
+    """``ELASTIC_OTEL_WORKER_OUTPUT_LINE_MAX``: bytes of a line kept."""
     exception_signal: str | None = None
     """``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN``: ``logs``, ``logs/dup``, or ``None``: exceptions
     as span events."""
+
+    @property
+    def worker_output_streams(self) -> tuple[str, ...]:
+        """The streams ``worker_output`` names (``stdout``, ``stderr``)."""
+        return WORKER_OUTPUT_STREAMS.get(self.worker_output, ())
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -135,5 +154,12 @@ class Settings:
             raw_limit=env_int(ELASTIC_OTEL_RAW_LIMIT, DEFAULT_RAW_LIMIT),
             worker_startup=env_flag(ELASTIC_OTEL_WORKER_STARTUP, True),
             goodput=env_flag(ELASTIC_OTEL_GOODPUT, True),
+            worker_output=env_worker_output(),
+            worker_output_rate=env_float(
+                ELASTIC_OTEL_WORKER_OUTPUT_RATE, DEFAULT_WORKER_OUTPUT_RATE
+            ),
+            worker_output_line_max=env_int(
+                ELASTIC_OTEL_WORKER_OUTPUT_LINE_MAX, DEFAULT_WORKER_OUTPUT_LINE_MAX
+            ),
             exception_signal=env_exception_signal(),
         )

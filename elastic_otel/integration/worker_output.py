@@ -1,0 +1,398 @@
+"""Every worker's stdout and stderr as log records on its ``worker`` span, with nothing changed
+for the job or its console (docs/worker-output.md says why it is built this way).
+
+torch decides where a worker's streams go in ``LogsSpecs.reify`` (the console, a file under
+``--redirects`` / ``--tee`` / ``--log-dir``, ``/dev/null`` for a rank ``--local-ranks-filter``
+leaves out), for its own ``DefaultLogsSpecs`` and for a user's ``--logs-specs`` alike. The
+instrumented agent wraps the agent's ``LogsSpecs`` (:func:`capture_logs_specs`) and, after
+the real ``reify``:
+
+* a captured stream torch sends to a file is read from that file, which torch writes and, for
+  ``--tee``, echoes as it always does;
+* a captured stream torch sends to the console goes to the file ``--redirects`` would have
+  used (``<rank dir>/stdout.log``, ``stderr.log``), and the agent writes each byte it reads
+  from it, unchanged and unprefixed, to its own stdout or stderr: the console shows what the
+  worker wrote, as without the bridge;
+* a captured stream torch sends to ``/dev/null`` (a rank left out by ``--local-ranks-filter``)
+  goes to that file too, and is not echoed, as it was not shown.
+
+The worker writes to a regular file, never to a pipe: nothing the agent does (or fails to do)
+can block it, and the file keeps the output when the agent dies. One daemon thread
+(:class:`WorkerOutput`) reads every file every 0.1 s, as torch's own ``TailLog`` does, at most
+:data:`READ_PER_POLL` bytes per file and poll, in chunks of :data:`CHUNK` bytes: an unread
+backlog waits on disk, not in memory. The lines become records
+(:mod:`elastic_otel.parsing.worker_output`) emitted in the worker span's context
+(:mod:`elastic_otel.emit.worker_output`). When torch closes the worker group (``PContext.
+close``), the agent reads the group's files to their end before it goes on (at most
+:data:`DRAIN_TIMEOUT_S`), so the console has all of a worker's output before the agent's own
+report of its end, and the root cause's record has its last words.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+import sys
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from elastic_otel.bridge.event_thread import bridge_section
+from elastic_otel.bridge.handler import OtelHandler
+from elastic_otel.names import attributes as A
+from elastic_otel.names import environment_variables as env
+from elastic_otel.parsing.worker_output import STDERR, STDOUT, OutputReader, RateLimit
+
+_logger = logging.getLogger("elastic_otel")
+
+POLL_S = 0.1
+"""How often the files are read (torch's ``TailLog`` reads its every 0.1 s too)."""
+CHUNK = 65536
+READ_PER_POLL = 8 * 1024 * 1024
+"""Bytes read of one file per poll at most: what a worker writes faster waits on disk."""
+DRAIN_TIMEOUT_S = 10.0
+"""How long closing a worker group waits for its files to be read to their end."""
+_KEPT_READERS = 256  # readers of ended streams kept for their last words
+
+
+class _Stream:
+    """One captured stream of one worker: its file, where it is echoed, its reader."""
+
+    __slots__ = (
+        "attributes",
+        "context",
+        "done",
+        "echo",
+        "emitter",
+        "fd",
+        "finishing",
+        "path",
+        "reader",
+    )
+
+    def __init__(
+        self, path: str, echo: bool, reader: OutputReader, attributes: dict, context: Any
+    ) -> None:
+        self.path = path
+        self.echo = echo
+        self.reader = reader
+        self.attributes = attributes
+        self.context = context  # the worker span's OpenTelemetry context, or None
+        self.fd: int | None = None
+        self.emitter: Any = None
+        self.finishing = False
+        self.done = False
+
+
+class WorkerOutput:
+    """The agent's one reader of its workers' output files (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._streams: list[_Stream] = []
+        self._ended: OrderedDict[str, OutputReader] = OrderedDict()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.handler: OtelHandler | None = None
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._streams = []
+        self._thread = None
+
+    # --- the agent's side -------------------------------------------------------------------
+
+    def add(self, streams: list[_Stream], handler: OtelHandler) -> None:
+        with self._lock:
+            self.handler = handler
+            self._streams.extend(streams)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="elastic-otel-output", daemon=True
+                )
+                self._thread.start()
+
+    def finish(self, paths: set[str], timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
+        """The processes writing ``paths`` ended: read those files to their end, and wait for
+        it (``False`` after ``timeout_s``; the thread then goes on reading them)."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            mine = [s for s in self._streams if s.path in paths]
+            for stream in mine:
+                stream.finishing = True
+            self._wake.set()
+            while not all(s.done for s in mine):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._done.wait(min(left, POLL_S))
+        return True
+
+    def reader(self, path: str) -> OutputReader | None:
+        """The reader of the stream written to ``path`` (running or ended)."""
+        with self._lock:
+            for stream in self._streams:
+                if stream.path == path:
+                    return stream.reader
+            return self._ended.get(path)
+
+    # --- the thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        with bridge_section():  # what the SDK logs from here must not loop into the bridge
+            while True:
+                self._wake.wait(POLL_S)
+                self._wake.clear()
+                with self._lock:
+                    streams = list(self._streams)
+                if not streams:
+                    continue
+                busy = False
+                for stream in streams:
+                    try:
+                        busy |= self._pump(stream)
+                    except Exception:  # never the agent's problem
+                        stream.done = True
+                        _logger.debug("elastic-otel: worker output not read", exc_info=True)
+                self._retire()
+                if busy:
+                    self._wake.set()  # more is waiting: no sleep
+
+    def _retire(self) -> None:
+        with self._lock:
+            ended = [s for s in self._streams if s.done]
+            if not ended:
+                return
+            self._streams = [s for s in self._streams if not s.done]
+            for stream in ended:
+                self._ended[stream.path] = stream.reader
+                while len(self._ended) > _KEPT_READERS:
+                    self._ended.popitem(last=False)
+            self._done.notify_all()
+
+    def _pump(self, stream: _Stream) -> bool:
+        """Read what is new in one file; ``True`` when more is left to read now."""
+        finishing = stream.finishing  # read before the file: what follows it is all there
+        reader = stream.reader
+        reader.limit.refill(time.monotonic_ns())
+        if stream.fd is None:
+            stream.fd = _open_regular(stream.path)
+            if stream.fd is None:
+                if finishing:
+                    stream.done = True
+                return False
+        read = 0
+        while read < READ_PER_POLL:
+            data = os.read(stream.fd, CHUNK)
+            if not data:
+                break
+            read += len(data)
+            if stream.echo:
+                _echo(reader.stream, data)
+            reader.feed(data)
+        more = read >= READ_PER_POLL
+        if finishing and not more:
+            reader.end()
+            os.close(stream.fd)
+            stream.fd = None
+            stream.done = True
+        elif not read:
+            reader.idle()
+        self._emit(stream)
+        return more
+
+    def _emit(self, stream: _Stream) -> None:
+        reader = stream.reader
+        records = reader.take()
+        handler = self.handler
+        if handler is None:
+            return
+        dropped = reader.limit.dropped_total
+        if dropped:
+            reader.limit.dropped_total = 0
+            handler.counters.worker_output_dropped += dropped
+        if not records:
+            return
+        if stream.emitter is None:
+            logger = handler.output_logger()
+            if logger is None:
+                return
+            from elastic_otel.emit.worker_output import OutputEmitter
+
+            stream.emitter = OutputEmitter(logger, stream.context, stream.attributes)
+        now_ns = time.time_ns()
+        for record in records:
+            stream.emitter.emit(record, now_ns)
+        handler.counters.worker_output_records += len(records)
+
+
+OUTPUT = WorkerOutput()
+"""The process's reader of worker output."""
+
+
+def _open_regular(path: str) -> int | None:
+    """A read descriptor of ``path`` if it is a regular file (a FIFO planted there must not
+    hang the reader), else ``None``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _echo(stream: str, data: bytes) -> None:
+    """Write a worker's bytes to the agent's own stream, as the worker would have."""
+    target = sys.stdout if stream == STDOUT else sys.stderr
+    if target is None:
+        return
+    try:
+        target.flush()  # what the agent itself wrote comes first
+        raw = getattr(target, "buffer", None)
+        if raw is not None:
+            raw.write(data)
+            raw.flush()
+        else:
+            target.write(data.decode("utf-8", "replace"))
+            target.flush()
+    except (OSError, ValueError):
+        pass
+
+
+# --- torch's LogsSpecs --------------------------------------------------------------------------
+
+
+def capture_logs_specs(agent: Any, handler: OtelHandler) -> None:
+    """Have ``agent`` start its workers with the captured streams in files (idempotent)."""
+    specs = agent._logs_specs
+    if specs is None or getattr(specs, "elastic_otel_inner", None) is not None:
+        return
+    agent._logs_specs = _capturing_class()(specs, handler)
+
+
+_CLASS: list[type] = []
+
+
+def _capturing_class() -> type:
+    """A ``LogsSpecs`` that delegates to the agent's own and captures (made once: torch is
+    imported only here)."""
+    if _CLASS:
+        return _CLASS[0]
+    from torch.distributed.elastic.multiprocessing.api import LogsSpecs
+
+    class CapturingLogsSpecs(LogsSpecs):
+        """The agent's ``LogsSpecs`` (``elastic_otel_inner``), its streams captured."""
+
+        def __init__(self, inner: Any, handler: OtelHandler) -> None:  # no super(): delegates
+            self.elastic_otel_inner = inner
+            self.elastic_otel_handler = handler
+
+        def __getattr__(self, name: str) -> Any:  # anything else is the inner spec's
+            return getattr(self.__dict__["elastic_otel_inner"], name)
+
+        @property
+        def root_log_dir(self) -> str:
+            return str(self.elastic_otel_inner.root_log_dir)
+
+        def reify(self, envs: dict[int, dict[str, str]]) -> Any:
+            dest = self.elastic_otel_inner.reify(envs)
+            try:
+                _capture(dest, envs, self.elastic_otel_handler)
+            except Exception:  # never the agent's problem: torch's destinations stand
+                _logger.debug("elastic-otel: worker output not captured", exc_info=True)
+            return dest
+
+        def __repr__(self) -> str:
+            return repr(self.elastic_otel_inner)
+
+    _CLASS.append(CapturingLogsSpecs)
+    return CapturingLogsSpecs
+
+
+def _capture(dest: Any, envs: dict[int, dict[str, str]], handler: OtelHandler) -> None:
+    """Redirect the captured streams of ``dest`` (torch's ``LogsDest``) and read them."""
+    settings = handler.settings
+    streams: list[_Stream] = []
+    for local_rank, worker_env in envs.items():
+        error_file = dest.error_files.get(local_rank)
+        if not error_file or error_file == os.devnull:
+            continue  # --log-dir /dev/null: torch keeps nothing, neither does the bridge
+        directory = os.path.dirname(error_file)
+        if not os.path.isdir(directory):
+            continue
+        limit = RateLimit(settings.worker_output_rate)  # one per worker, both streams
+        base = _attributes(worker_env, local_rank)
+        context = _context(worker_env.get(env.TRACEPARENT, ""))
+        for stream in settings.worker_output_streams:
+            paths = dest.stdouts if stream == STDOUT else dest.stderrs
+            where = paths.get(local_rank)
+            if where is None:
+                continue
+            echo = where == ""  # torch's "to the console"
+            if where in ("", os.devnull):
+                where = os.path.join(directory, f"{stream}.log")
+                if where in dest.stdouts.values() or where in dest.stderrs.values():
+                    continue
+                paths[local_rank] = where
+            reader = OutputReader(
+                stream, settings.worker_output_line_max, limit, keep_last=stream == STDERR
+            )
+            attributes = {**base, A.LOG_IOSTREAM: stream}
+            streams.append(_Stream(where, echo, reader, attributes, context))
+    if streams:
+        OUTPUT.add(streams, handler)
+
+
+def _attributes(worker_env: dict[str, str], local_rank: int) -> dict[str, Any]:
+    attributes: dict[str, Any] = {A.LOCAL_RANK: local_rank}
+    for key, variable in (
+        (A.GLOBAL_RANK, "RANK"),
+        (A.AGENT_RESTARTS, "TORCHELASTIC_RESTART_COUNT"),
+    ):
+        with contextlib.suppress(KeyError, ValueError):
+            attributes[key] = int(worker_env[variable])
+    run_id = worker_env.get("TORCHELASTIC_RUN_ID")
+    if run_id:
+        attributes[A.RUN_ID] = run_id
+    return attributes
+
+
+def _context(traceparent: str) -> Any:
+    """The worker span's context from the ``TRACEPARENT`` the agent gave it (``None``: none)."""
+    parts = traceparent.split("-")
+    if len(parts) != 4:
+        return None
+    try:
+        trace_id, span_id = int(parts[1], 16), int(parts[2], 16)
+    except ValueError:
+        return None
+    from elastic_otel.emit.worker_output import span_context
+
+    return span_context(trace_id, span_id)
+
+
+def finish(pcontext: Any) -> None:
+    """torch closed ``pcontext``: read its workers' captured files to their end."""
+    paths = {p for p in (*pcontext.stdouts.values(), *pcontext.stderrs.values()) if p}
+    OUTPUT.finish(paths)
+
+
+def last_output(pcontext: Any, local_rank: int) -> tuple[str, str | None]:
+    """A worker's last lines of stderr and the ``faulthandler`` dump it carried, if captured."""
+    path = (getattr(pcontext, "stderrs", None) or {}).get(local_rank)
+    reader = OUTPUT.reader(path) if path else None
+    if reader is None:
+        return "", None
+    return reader.last_words(), reader.fault_stack()

@@ -1,0 +1,193 @@
+"""Worker output in the trace (issue 29), on real two-node torchrun jobs (c10d, gloo, two
+workers per node) with a real OTLP receiver: each rank's stdout and stderr lines arrive as log
+records on its own ``worker`` span with its rank and stream; the SIGSEGV of global rank 1,
+whose ``main`` has torch's ``@record``, arrives with the Python stack faulthandler printed on
+its stderr, naming the script's line, and with its last words; a 10 MB line without a newline
+and invalid UTF-8 arrive bounded and flagged. The same job without the bridge prints the same
+console output, line by line, in the same order per rank and stream.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from jobs import ROOT, TORCHRUN, job_env, span_attr
+from otlp_receiver import OtlpReceiver, free_port
+
+from elastic_otel.names import attributes as A
+from elastic_otel.names.torch_names import STATUS_PREFIX
+
+pytestmark = pytest.mark.e2e
+
+SCRIPT = Path(__file__).resolve().parent.parent / "output_train.py"
+FAULT_LINE = next(
+    n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if "# FAULT LINE" in line
+)
+BLOB = 10 * 1024 * 1024
+
+
+@dataclass
+class Console:
+    stdout: str
+    stderr: str
+
+
+def _run(env: dict[str, str], handler: str) -> list[Console]:
+    """Two agents of one job, their stdout and stderr apart."""
+    port, run_id = free_port(), f"run-{uuid.uuid4().hex[:6]}"
+    cmd = [
+        TORCHRUN,
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        f"--rdzv-id={run_id}",
+        "--monitor-interval=0.5",
+        "--max-restarts=0",
+        "--event-log-handler",
+        handler,
+        str(SCRIPT),
+    ]
+    procs = [
+        subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(ROOT)
+        )
+        for _ in range(2)
+    ]
+    with ThreadPoolExecutor(2) as pool:  # both read at once: a full pipe blocks its writer
+        done = list(pool.map(lambda p: p.communicate(timeout=120), procs))
+    for proc, (_, err) in zip(procs, done, strict=True):
+        assert proc.returncode != 0, err[-3000:]  # the job failed on both nodes
+    return [
+        Console(out.decode("utf-8", "replace"), err.decode("utf-8", "replace")) for out, err in done
+    ]
+
+
+@dataclass
+class Job:
+    spans: list[dict]
+    logs: list[dict]
+    with_bridge: list[Console]
+    without_bridge: list[Console]
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> Job:
+    tmp_path = tmp_path_factory.mktemp("worker_output")
+    with OtlpReceiver("grpc") as receiver:
+        env = job_env(receiver, tmp_path, ELASTIC_OTEL_WORKER_OUTPUT="all")
+        env.pop("PYTHONUNBUFFERED")  # the script flushes where it means to
+        with_bridge = _run(env, "otel")
+        receiver.wait_for_spans(4, timeout=30, where=lambda s: s["name"] == A.SPAN_WORKER)
+        receiver.wait_for_logs(1, timeout=30, where=lambda r: A.LAST_WORDS in r["attributes"])
+        spans, logs = receiver.spans(), receiver.logs()
+    without_bridge = _run(job_env(None, tmp_path), "null")
+    return Job(spans, logs, with_bridge, without_bridge)
+
+
+def _workers(job: Job) -> dict[int, dict]:
+    """Each rank's worker span of the first attempt."""
+    spans = sorted(
+        (s for s in job.spans if s["name"] == A.SPAN_WORKER), key=lambda s: -s["start_ns"]
+    )
+    return {span_attr(s, A.GLOBAL_RANK): s for s in spans}
+
+
+def _output(job: Job, rank: int, stream: str) -> list[dict]:
+    return [
+        r
+        for r in job.logs
+        if r["attributes"].get(A.LOG_IOSTREAM) == stream
+        and r["attributes"].get(A.GLOBAL_RANK) == rank
+    ]
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2, 3])
+def test_each_ranks_lines_are_records_on_its_worker_span(job: Job, rank: int) -> None:
+    span = _workers(job)[rank]
+    for stream, word in (("stdout", "out"), ("stderr", "err")):
+        records = _output(job, rank, stream)
+        assert {(r["trace_id"], r["span_id"]) for r in records} == {
+            (span["trace_id"], span["span_id"])
+        }
+        bodies = [r["body"] for r in records]
+        mine = [b for b in bodies if b.startswith(f"rank {rank} {word} ")]
+        assert mine == [f"rank {rank} {word} {i}" for i in range(5)], bodies
+        assert {r["attributes"][A.AGENT_RESTARTS] for r in records} == {0}
+        assert {r["attributes"][A.LOCAL_RANK] for r in records} == {rank % 2}
+        plain = [r for r in records if r["body"] in mine]
+        assert {r["severity_text"] for r in plain} == {"INFO" if stream == "stdout" else "WARN"}
+    (warned,) = [r for r in _output(job, rank, "stdout") if "warned" in r["body"]]
+    assert warned["severity_text"] == "WARN"
+    (handled,) = [r for r in _output(job, rank, "stderr") if "Traceback" in r["body"]]
+    assert handled["severity_text"] == "ERROR"
+    assert handled["body"].endswith(f"ValueError: rank {rank} handled"), handled["body"]
+    assert 'output_train.py", line' in handled["body"]
+
+
+def test_a_segfault_under_record_carries_the_stack_from_stderr(job: Job) -> None:
+    culprit = _workers(job)[1]
+    assert span_attr(culprit, A.ERROR_TYPE) == "SIGSEGV"
+    (failed,) = [
+        r
+        for r in job.logs
+        if r["span_id"] == culprit["span_id"]
+        and r["event_name"] == STATUS_PREFIX + "FAILED"
+        and r["attributes"].get(A.OBSERVED_BY) == "monitor_workers"  # not torch's late repeat
+    ]
+    stack = failed["attributes"][A.EXCEPTION_STACKTRACE]
+    assert f'output_train.py", line {FAULT_LINE} in main' in stack, stack
+    words = failed["attributes"][A.LAST_WORDS]
+    assert "rank 1 err 4" in words and "Fatal Python error: Segmentation fault" in words
+    assert len(words.encode()) <= 4096
+    (fatal,) = [r for r in _output(job, 1, "stderr") if r["severity_text"] == "FATAL"]
+    assert fatal["body"].startswith("Fatal Python error: Segmentation fault")
+
+
+def test_a_10_mb_line_and_invalid_utf8_are_bounded_and_flagged(job: Job) -> None:
+    (blob,) = [r for r in _output(job, 3, "stdout") if r["body"].startswith("xxxx")]
+    assert blob["attributes"][A.OUTPUT_TRUNCATED] is True
+    assert blob["attributes"][A.OUTPUT_LENGTH] == BLOB
+    assert len(blob["body"]) <= 16384
+    (junk,) = [r for r in _output(job, 2, "stderr") if "junk" in r["body"]]
+    assert junk["body"] == "rank 2 junk \ufffd\ufffd"
+    assert junk["attributes"][A.OUTPUT_INVALID_UTF8] is True
+
+
+def _lines(consoles: list[Console], stream: str) -> dict[str, list[str]]:
+    """What the workers printed, by rank: the script's lines (each names its rank), in order;
+    rank 3's blob and faulthandler's header (rank 1), counted. torch's agent lines (its failure
+    summary, a lost store's traceback) are left out: they differ from run to run either way."""
+    by_rank: dict[str, list[str]] = {}
+    for console in consoles:
+        for line in getattr(console, stream).splitlines():
+            match = re.search(r"rank (\d)", line)
+            if line.startswith("x" * 1000):
+                key, line = "blob", str(len(line))
+            elif line.startswith("Fatal Python error: Segmentation fault"):
+                key = "fault"
+            elif match:
+                key = match.group(1)
+            else:
+                continue
+            by_rank.setdefault(key, []).append(line)
+    return by_rank
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_the_console_is_the_same_without_the_bridge(job: Job, stream: str) -> None:
+    with_bridge = _lines(job.with_bridge, stream)
+    without = _lines(job.without_bridge, stream)
+    assert with_bridge == without
+    if stream == "stdout":
+        assert without["blob"] == [str(BLOB)]
+        assert without["3"][:5] == [f"rank 3 out {i}" for i in range(5)]
+    else:
+        assert without["fault"] == ["Fatal Python error: Segmentation fault"]
+        assert "rank 2 junk \ufffd\ufffd" in without["2"]
