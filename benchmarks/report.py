@@ -24,6 +24,7 @@ SECTION_TITLES = (
     "## 9. Hang diagnosis",
     "## 10. Trace sizes",
     "## 11. Flight Recorder",
+    "## 12. Worker output",
 )
 
 LABELS = {
@@ -216,6 +217,17 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                 f"{_x(fr['ratio_median'], 3)} median",
                 "≤ 1.01x",
                 fr["ratio_median"] <= 1.01,
+            )
+        )
+    wo = results.get("worker_output") or {}
+    if wo.get("ratio_median") is not None:
+        rows.append(
+            (
+                f"12. a worker printing {wo['config']['lines']:,} lines on stderr as fast as "
+                "it can, with the bridge (a captured file, read) ÷ without (/dev/null)",
+                f"{_x(wo['ratio_median'], 3)} median",
+                "≤ 1.05x",
+                wo["ratio_median"] <= 1.05,
             )
         )
     rows += _trace_size_targets(results.get("trace_sizes") or {})
@@ -1380,6 +1392,76 @@ def _open_spans(w: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _worker_output(wo: dict[str, Any]) -> list[str]:
+    c = wo["config"]
+    lines = [
+        SECTION_TITLES[13],
+        "",
+        f"A fresh worker process pinned to one CPU prints {c['lines']:,} lines on stderr as "
+        "fast as it can (`print`, one `write` a line) and times its loop; its stderr is "
+        "`/dev/null` (torch's console at its cheapest), a pipe drained by the agent, or the "
+        "file the bridge's capture gives it, read meanwhile by the agent's real reading "
+        "thread with the package's defaults (rate limit "
+        f"{_f(wo['rate_limit'], 0)} lines/s, counted drops) on the other CPUs; "
+        f"{c['blocks']} interleaved blocks (`benchmarks/worker_output.py`). Then the agent "
+        f"reads a file of {c['read_lines']:,} lines (plain, Python-logging, a six-line "
+        "traceback every 1,000 lines) to its end without a rate limit, on one thread: its "
+        "CPU without a handler (read, cut, parse) and with every record emitted on the "
+        "bridge's SDK logger, the process's CPU then (the SDK's export thread included, until "
+        "flushed), and the records per second into a counting OTLP/gRPC receiver.",
+        "",
+    ]
+    worker = wo["worker_s"]
+    lines += _table(
+        ["measure", "median", "p90", "max"],
+        [
+            *(
+                (
+                    f"worker's loop, stderr to {label}, ms",
+                    _f(worker[key]["median"] * 1e3),
+                    _f(worker[key]["p90"] * 1e3),
+                    _f(worker[key]["max"] * 1e3),
+                )
+                for key, label in (
+                    ("off", "/dev/null"),
+                    ("pipe", "a drained pipe"),
+                    ("on", "the captured file, read"),
+                )
+                if key in worker
+            ),
+            *(
+                (
+                    label,
+                    _f(wo[key]["median"]),
+                    _f(wo[key]["p90"]),
+                    _f(wo[key]["max"]),
+                )
+                for key, label in (
+                    ("parse_thread_ms", "reader's CPU per 10,000 lines, no handler, ms"),
+                    ("emit_thread_ms", "reader's CPU per 10,000 lines, records emitted, ms"),
+                    ("emit_process_ms", "agent's CPU per 10,000 lines, exported, ms"),
+                )
+            ),
+            (
+                "records per second into the receiver",
+                _f(wo["records_per_s"]["median"], 0),
+                _f(wo["records_per_s"]["p90"], 0),
+                _f(wo["records_per_s"]["max"], 0),
+            ),
+        ],
+    )
+    lines += [
+        "",
+        f"With ÷ without the bridge: median {_x(wo['ratio_median'], 3)} against `/dev/null`, "
+        f"{_x(wo.get('ratio_pipe_median'), 3)} against a drained pipe. The reader's file of "
+        f"{c['read_lines']:,} lines is {wo['file_bytes'] / 1e3:,.0f} kB and made "
+        f"{wo['records']:,} records; the receiver counted {wo['received']:,} of them (the "
+        "fewest of a run).",
+        "",
+    ]
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     meta = results["meta"]
     lines = [
@@ -1430,6 +1512,7 @@ def render(results: dict[str, Any]) -> str:
         ("training", lambda: _training(results["training"])),
         ("trace_sizes", lambda: _trace_sizes(results["trace_sizes"])),
         ("flight_recorder", lambda: _flight_recorder(results["flight_recorder"])),
+        ("worker_output", lambda: _worker_output(results["worker_output"])),
     ]
     errors = results.get("errors", {})
     for i, (key, fn) in enumerate(sections):

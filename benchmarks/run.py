@@ -49,6 +49,7 @@ SECTIONS = (
     "training",
     "trace_sizes",
     "flight_recorder",
+    "worker_output",
 )
 
 
@@ -73,6 +74,7 @@ def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, 
         throughput,
         trace_sizes,
         training,
+        worker_output,
     )
 
     results: dict[str, Any] = {"errors": {}}
@@ -88,6 +90,7 @@ def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, 
         "training": lambda: training.run(quick),
         "trace_sizes": lambda: trace_sizes.run(quick),
         "flight_recorder": lambda: flight_recorder.run(quick),
+        "worker_output": lambda: worker_output.run(quick),
     }
     results["load"] = {}
     for name in sections:
