@@ -59,6 +59,7 @@ from elastic_otel.cli.timeline.summary import (
     straggler_when,
     stragglers,
     summarize,
+    with_last_words,
     with_logged_exceptions,
 )
 from elastic_otel.model.goodput import describe
@@ -211,7 +212,8 @@ def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline
     :func:`~elastic_otel.cli.otlp_json_reader.read_otlp_json` returns them)."""
     spans, logs = in_round_traces(list(spans), list(logs))
     spans += lost_spans(spans, logs)
-    spans = [_with_resource_identity(s) for s in with_logged_exceptions(spans, logs)]
+    spans = with_last_words(with_logged_exceptions(spans, logs), logs)
+    spans = [_with_resource_identity(s) for s in spans]
     builder = _Builder()
     rdzv = [s for s in spans if s["name"] in (A.SPAN_RDZV_JOIN, A.SPAN_RDZV_MEMBER)]
     for span in sorted(rdzv, key=lambda s: s["start_ns"]):
@@ -726,6 +728,9 @@ def failure_lines(failure: Failure, rel: Any, paint: Any = lambda text, code: te
         rest = failure.consequences
     else:
         lines = [paint(f"ROOT CAUSE at {rel(root.end_ns)}: {root_cause_line(root)}", _RED)]
+        if root.last_words:
+            lines.append("  last words (stderr):")
+            lines += [f"    | {line}" for line in root.last_words.splitlines()]
         rest = failure.after_root()
     for worker in rest:
         when = "" if root is not None else f"at {rel(worker.end_ns)} "

@@ -312,6 +312,11 @@ def _cause_cell(failure: Failure) -> str:
         parts.append(f'<div class="facts">{e(" · ".join(facts))}</div>')
     if root.message:
         parts.append(f'<div class="message">{e(root.message)}</div>')
+    if root.last_words:
+        parts.append(
+            '<details class="last-words"><summary>last words (stderr)</summary>'
+            f'<pre class="stack">{e(root.last_words)}</pre></details>'
+        )
     if len(failure.roots) > 1:  # named in the next column, in order of time
         parts.append(f'<div class="independent">{e(failure_text(failure))}</div>')
     return "".join(parts)
@@ -375,9 +380,10 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
         }
 
     def worker(
-        w: WorkerRow, roles: dict[str, tuple[str, str]], stalls: Any, slow: Any
+        w: WorkerRow, roles: dict[str, tuple[str, str]], stalls: Any, slow: Any, rnd: Round
     ) -> dict[str, Any]:
         role, note = roles.get(w.span_id, ("", ""))
+        root = rnd.failure.root if rnd.failure is not None else None
         return {
             "rank": w.global_rank,
             "local_rank": w.local_rank,
@@ -391,6 +397,7 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
             "pid": w.pid,
             "role": role,
             "note": note,
+            "last_words": root.last_words if root and root.span_id == w.span_id else "",
             "stalls": stalls,
             "stragglers": slow,
         }
@@ -412,6 +419,7 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
                     roles,
                     marks.get((n.label, w.global_rank), []),
                     slow.get((n.label, w.global_rank), []) if w.global_rank is not None else [],
+                    rnd,
                 )
                 for w in n.workers
             ],
@@ -871,6 +879,7 @@ _JS = r"""
       if (w.restarts !== null) { lines.push("agent restarts " + w.restarts); }
       if (w.message) { lines.push(w.message); }
       if (w.note) { lines.push(w.note); }
+      if (w.last_words) { lines.push("last words (stderr):\n" + w.last_words); }
       var wb = bar(wr.track, w.state + (w.failed ? " failed" : "") + role, w.start, w.end,
                    "worker rank " + rank + " \u00b7 " + w.state, lines);
       if (w.role === "root") { wb.textContent = "ROOT CAUSE"; }

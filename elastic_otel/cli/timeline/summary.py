@@ -66,6 +66,7 @@ class WorkerEnd:
     oom: bool = False
     message: str = ""
     node: str = ""  # its agent's node label, where rendezvous spans name it
+    last_words: str = ""  # a root cause's last lines of stderr (torchelastic.last_words)
 
     @property
     def rank(self) -> str:
@@ -546,6 +547,7 @@ def worker_end(span: Item, labels: dict[str, str]) -> WorkerEnd | None:
         oom=attrs.get(A.OOM_KILL) is True,
         message=message,
         node=node,
+        last_words=str(attrs.get(A.LAST_WORDS, "") or ""),
     )
 
 
@@ -575,6 +577,24 @@ def with_logged_exceptions(spans: list[Item], logs: Iterable[Item]) -> list[Item
             span = {**span, "events": [*events, {**event, "attributes": exception}]}
         out.append(span)
     return out
+
+
+def with_last_words(spans: list[Item], logs: Iterable[Item]) -> list[Item]:
+    """``spans``, a worker span with the ``torchelastic.last_words`` of the log record in its
+    context (the root cause's ``FAILED`` record) unless it has them itself."""
+    words: dict[str, Any] = {}
+    for record in logs:
+        value = record.get("attributes", {}).get(A.LAST_WORDS)
+        if value and record.get("span_id"):
+            words[str(record["span_id"])] = value
+    if not words:
+        return spans
+    return [
+        {**s, "attributes": {**s["attributes"], A.LAST_WORDS: words[s["span_id"]]}}
+        if s["span_id"] in words and not s["attributes"].get(A.LAST_WORDS)
+        else s
+        for s in spans
+    ]
 
 
 def source_event_name(record: Item) -> str:
