@@ -220,14 +220,18 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
             )
         )
     wo = results.get("worker_output") or {}
-    if wo.get("ratio_median") is not None:
+    if wo.get("ratio_pipe_median") is not None:
+        # Without the bridge the worker writes to the agent's stderr, the job's console: a pipe
+        # under a scheduler, a log shipper or `| tee`. /dev/null is in the section, not a target.
         rows.append(
             (
                 f"12. a worker printing {wo['config']['lines']:,} lines on stderr as fast as "
-                "it can, with the bridge (a captured file, read) ÷ without (/dev/null)",
-                f"{_x(wo['ratio_median'], 3)} median",
+                "it can, with the bridge (a captured file, read) ÷ without (the console: a "
+                "drained pipe)",
+                f"{_x(wo['ratio_pipe_median'], 3)} median (÷ /dev/null: "
+                f"{_x(wo['ratio_median'], 3)})",
                 "≤ 1.05x",
-                wo["ratio_median"] <= 1.05,
+                wo["ratio_pipe_median"] <= 1.05,
             )
         )
     rows += _trace_size_targets(results.get("trace_sizes") or {})
