@@ -347,3 +347,24 @@ def test_without_rendezvous_spans_the_processes_name_the_nodes(tmp_path: Path) -
     assert "waiting for global rank 1 on node-a agent agent-a (in hang at" in render_text(timeline)
     workers = timeline_data(timeline)["rounds"][0]["nodes"][0]["workers"]
     assert [[m["role"] for m in w["stalls"]] for w in workers] == [["waiting"], ["waited"]]
+
+
+def test_a_frozen_node_named_by_its_silent_keep_alives(tmp_path: Path) -> None:
+    """node-b froze (its ranks 2 and 3 report nothing); node-a's ranks both wait in the same
+    collective and its report names node-b, whose rendezvous keep-alives stopped. The
+    timeline's stall line says so; a node that reached no store says that of itself."""
+    job = round_0()
+    silent = {
+        A.STALLED_SILENT_NODES: "node-b_200_0",
+        A.STALLED_SILENT_GROUP_RANKS: (1,),
+        A.STALLED_SILENT_SELF: False,
+        A.STALLED_SILENT_SECONDS: 15.0,
+    }
+    job.stall("a", 32_000, 30.0, **ranks((), (0, 1)), **silent)
+    text = render_text(load(tmp_path, job))
+    assert "wait in it; keep-alives stopped: node-b_200_0 (seen by node-a pid 100)" in text, text
+    job = round_0()
+    job.stall("b", 32_000, 30.0, **ranks((), (2, 3)), **{**silent, A.STALLED_SILENT_SELF: True})
+    (tmp_path / "self").mkdir()
+    text = render_text(load(tmp_path / "self", job))
+    assert "node-b pid 200 reached no rendezvous store (its link may be cut)" in text, text

@@ -178,6 +178,8 @@ class StallReport:
     frame: str = ""  # innermost frame of the first rank waited for
     run_id: str = ""
     trace_id: str = ""
+    silent: str = ""  # the round's nodes whose rendezvous keep-alives it saw stop
+    silent_self: bool = False  # the silent node is itself: it reached no rendezvous store
 
     @property
     def start_ns(self) -> int:
@@ -705,6 +707,8 @@ def _stall_report(record: Item, node_of: Callable[[Item], str]) -> StallReport |
         frame=str(attrs.get(A.STACK_FRAME, "") or ""),
         run_id=str(attrs.get(A.RUN_ID, "") or ""),
         trace_id=str(record.get("trace_id", "") or ""),
+        silent=str(attrs.get(A.STALLED_SILENT_NODES, "") or ""),
+        silent_self=attrs.get(A.STALLED_SILENT_SELF) is True,
     )
 
 
@@ -1084,7 +1088,16 @@ def stall_line(stall: Stall) -> str:
         parts.append(f"{_global_ranks(len(waiting))} {ranks_text(waiting)} {verb} in it")
     else:
         parts.append("no rank is in a collective")
+    parts += [silence_text(r) for r in stall.reports if r.silent]
     return f"{head}: {'; '.join(p for p in parts if p)}"
+
+
+def silence_text(report: StallReport) -> str:
+    """What one node saw of the rendezvous keep-alives: ``node-b's keep-alives stopped (seen
+    by node-a)``, or ``node-b reached no rendezvous store``."""
+    if report.silent_self:
+        return f"{report.node} reached no rendezvous store (its link may be cut)"
+    return f"keep-alives stopped: {report.silent} (seen by {report.node})"
 
 
 def frame_lines(stall: Stall) -> list[tuple[int, str, str, bool]]:
