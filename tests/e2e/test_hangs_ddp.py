@@ -32,7 +32,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "ddp_train.py"
 HANG_LINE = next(
     n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if "# HANG LINE" in line
 )
-STALL_AFTER_S = 4.0
+STALL_AFTER_S = 3.0
 INTERVAL_S = min(max(STALL_AFTER_S / 4, 0.5), 5.0)  # the training watch's poll period
 STALLED = "torchelastic.stalled"
 

@@ -39,8 +39,11 @@ for _ in range(3):
     dist.all_reduce(t)
 sub = dist.new_group([0])
 dist.broadcast(t, 0, group=sub)
-time.sleep(0.2)  # gloo marks a collective completed just after its call returned
-watch.poll(time.time_ns())
+for _ in range(100):  # gloo marks a collective completed a moment after its call returned
+    watch.poll(time.time_ns())
+    if all(g["issued"] == g["completed"] for g in watch.groups.values()):
+        break
+    time.sleep(0.05)
 print("first", open(os.path.join(directory, "elastic_otel_collectives.json")).read())
 watch.poll(time.time_ns(), dump=True)
 print("dumped", open(os.path.join(directory, "elastic_otel_collectives.json")).read())
