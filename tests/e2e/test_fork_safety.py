@@ -100,7 +100,7 @@ def test_forked_c10d_agents_never_crash_or_hang(collector: str) -> None:
         bridged = run_rounds(
             "--bridge",
             "--rounds",
-            "2",
+            "2" if collector == "unreachable" else "1",
             "--collect",
             "alternate",
             "--timeout",
@@ -111,7 +111,7 @@ def test_forked_c10d_agents_never_crash_or_hang(collector: str) -> None:
     finally:
         if receiver is not None:
             receiver.close()
-    assert len(bridged.rounds) == 2
+    assert len(bridged.rounds) == (2 if collector == "unreachable" else 1)
     for index, result in enumerate(bridged.rounds):
         assert result["exit_codes"] == [0, 0, 0], f"round {index}: {result}\n{bridged.hung_stacks}"
     if receiver is not None:

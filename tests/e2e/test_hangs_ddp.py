@@ -177,19 +177,20 @@ def test_a_frozen_node_is_named_by_its_silent_keep_alives(
     """Every rank of a node waits in the same collective when the late ranks are elsewhere:
     a whole node freezes (its agent and workers stopped, as a host hung in the kernel or cut
     off). The other node's report says its ranks wait for ranks on other nodes and names the
-    node whose rendezvous keep-alives stopped, with its group rank."""
+    node whose rendezvous keep-alives stopped, with its group rank. One worker per node: the
+    report is the node's, and the suite's time is short."""
     env = job_env(grpc_receiver, tmp_path)
     env["ELASTIC_OTEL_STALL_AFTER"] = str(STALL_AFTER_S)
     port, run_id = free_port(), f"frz-{uuid.uuid4().hex[:6]}"
     conf = ("--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=2",)
     logs = tmp_path / "host"
     host = start_agent(
-        env, port, run_id, nproc=2, script=SCRIPT, extra_args=(*conf, f"--log-dir={logs}")
+        env, port, run_id, nproc=1, script=SCRIPT, extra_args=(*conf, f"--log-dir={logs}")
     )
     frozen = None
     try:
         time.sleep(1.0)  # the first agent binds the endpoint: it hosts the store
-        frozen = start_agent(env, port, run_id, nproc=2, script=SCRIPT, extra_args=conf)
+        frozen = start_agent(env, port, run_id, nproc=1, script=SCRIPT, extra_args=conf)
 
         def training() -> bool:  # the DDP model's all-reduces run on the host's ranks
             files = logs.rglob("elastic_otel_collectives.json")
@@ -209,7 +210,7 @@ def test_a_frozen_node_is_named_by_its_silent_keep_alives(
 
         (stall,) = grpc_receiver.wait_until(named, 60)[:1]
         attrs = stall["attributes"]
-        assert attrs[A.STALLED_WAITING] == [0, 1] and A.STALLED_RANKS not in attrs
+        assert attrs[A.STALLED_WAITING] == [0] and A.STALLED_RANKS not in attrs
         assert attrs[A.STALLED_SILENT_SELF] is False
         assert attrs[A.STALLED_SILENT_SECONDS] >= 2.0
         assert "waiting for ranks on other nodes" in stall["body"]
