@@ -428,7 +428,8 @@ def test_membership_change_wait_list_and_next_round(
     rejoin = next(s for s in by_round[1] if s is not late)
     assert [lk["span_id"] for lk in rejoin["links"]] == [member0["span_id"]]
     waiting = logs_of(grpc_receiver, run_id, "added_to_wait_list")
-    assert len(waiting) == 1 and waiting[0]["trace_id"] == late["trace_id"]
+    # torch records it again when its state write lost a race and the action ran once more
+    assert waiting and all(w["trace_id"] == late["trace_id"] for w in waiting)
 
 
 def test_register_again_after_unregister_still_receives_rendezvous_events(
