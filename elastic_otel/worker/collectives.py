@@ -6,10 +6,11 @@ collectives :mod:`elastic_otel.worker.progress` wraps. torch's Flight Recorder r
 one of them per process group (on by default since torch 2.8, gloo and NCCL). A daemon thread
 of the worker reads each group's status every poll period
 (``_dump_fr_trace_json(includeCollectives=False)``: the last collective issued and completed,
-tens of microseconds) and replaces the worker's collectives file
-(:mod:`elastic_otel.parsing.collectives`) when it changed. A collective that stays open for
-half of ``ELASTIC_OTEL_STALL_AFTER`` is identified (op, sizes) from one whole record, once:
-that read holds the GIL for up to ~0.1 s with 2,000 entries, so a healthy job never pays it.
+a cheap read) and replaces the worker's collectives file (:mod:`elastic_otel.parsing.
+collectives`) when it changed. A collective that stays open for half of
+``ELASTIC_OTEL_STALL_AFTER`` is identified (op, sizes) from one whole record, once: that read
+holds the GIL for as long as it takes (BENCHMARKS.md, section 11), so a healthy job never pays
+it.
 A byte from the agent on the worker's requests FIFO asks for the whole record in torch's pickle
 format (what ``torchfrtrace`` reads). Once per straggler window
 (``ELASTIC_OTEL_STRAGGLER_WINDOW``) the thread reads the whole record once more and leaves when
