@@ -366,6 +366,23 @@ def _dump_stacks_on_signal(directory: str) -> None:
         raise
     _silence_in_children(fd)
     _stack_signal[:] = [number]
+    import atexit
+
+    atexit.register(_ignore_stack_signal, number)
+
+
+def _ignore_stack_signal(number: int) -> None:
+    """At exit, before the interpreter's finalization puts the signal's default action
+    (terminate) back: a stack request the agent sends to a worker that is shutting down must
+    not kill it."""
+    import faulthandler
+    import signal
+
+    try:
+        faulthandler.unregister(number)
+        signal.signal(number, signal.SIG_IGN)
+    except (OSError, ValueError, RuntimeError):  # not the main thread, or already finalizing
+        pass
 
 
 # --- progress ------------------------------------------------------------------------------------
