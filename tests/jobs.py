@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -64,6 +65,19 @@ class Agent:
                 out = ""
             raise AssertionError(f"torchrun did not finish in {timeout}s:\n{out[-4000:]}") from None
         return self.proc.returncode, out
+
+
+def stop_agents(agents: list[Agent]) -> None:
+    """End agents as an operator does: SIGTERM to those still running, then wait (a minute
+    each) and kill the ones that do not end."""
+    for agent in agents:
+        if agent.proc.poll() is None:
+            agent.proc.send_signal(signal.SIGTERM)
+    for agent in agents:
+        try:
+            agent.proc.wait(60)
+        except Exception:
+            agent.proc.kill()
 
 
 def job_env(receiver: OtlpReceiver | None, tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -8,12 +8,11 @@ it) and the waiting ranks' stacks (in ``all_reduce``); no change to the training
 
 from __future__ import annotations
 
-import signal
 import uuid
 from pathlib import Path
 
 import pytest
-from jobs import job_env, start_agent
+from jobs import job_env, start_agent, stop_agents
 from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.names import attributes as A
@@ -90,14 +89,7 @@ def _run_hung_job(receiver: OtlpReceiver, tmp_path: Path, **extra: str) -> list[
             w["span_id"] and w["trace_id"] for w in (sleeper, waiter)
         )  # on the workers' spans
     finally:
-        for agent in agents:
-            if agent.proc.poll() is None:
-                agent.proc.send_signal(signal.SIGTERM)
-        for agent in agents:
-            try:
-                agent.proc.wait(60)
-            except Exception:
-                agent.proc.kill()
+        stop_agents(agents)
     receiver.wait_for_spans(4, timeout=30, where=lambda s: s["name"] == A.SPAN_WORKER)
     return [s for s in receiver.spans() if s["name"] == A.SPAN_WORKER]
 

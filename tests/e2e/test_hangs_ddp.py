@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from jobs import job_env, start_agent
+from jobs import job_env, start_agent, stop_agents
 from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.names import attributes as A
@@ -132,14 +132,7 @@ def _hang(receiver: OtlpReceiver, tmp_path: Path, waits_in: str, **extra: str) -
         assert analyzed.returncode == 0, analyzed.stderr[-3000:]
         assert "all_reduce" in analyzed.stdout + analyzed.stderr
     finally:
-        for agent in agents:
-            if agent.proc.poll() is None:
-                agent.proc.send_signal(signal.SIGTERM)
-        for agent in agents:
-            try:
-                agent.proc.wait(60)
-            except Exception:
-                agent.proc.kill()
+        stop_agents(agents)
     receiver.wait_for_spans(4, timeout=30, where=lambda s: s["name"] == A.SPAN_WORKER)
     return [s for s in receiver.spans() if s["name"] == A.SPAN_WORKER]
 
@@ -217,19 +210,9 @@ def test_a_frozen_node_is_named_by_its_silent_keep_alives(
         assert "waiting for ranks on other nodes" in stall["body"]
         assert "sent no rendezvous keep-alive for" in stall["body"], stall["body"]
     finally:
-        for agent in (frozen, host):
-            if agent is None:
-                continue
-            pids = [agent.proc.pid, *_children(agent.proc.pid)]
-            for pid in pids:
+        started = [agent for agent in (frozen, host) if agent is not None]
+        for agent in started:
+            for pid in [agent.proc.pid, *_children(agent.proc.pid)]:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGCONT)
-            if agent.proc.poll() is None:
-                agent.proc.send_signal(signal.SIGTERM)
-        for agent in (frozen, host):
-            if agent is None:
-                continue
-            try:
-                agent.proc.wait(60)
-            except Exception:
-                agent.proc.kill()
+        stop_agents(started)

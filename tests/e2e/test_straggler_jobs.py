@@ -11,12 +11,11 @@ thread once per (short) straggler window.
 
 from __future__ import annotations
 
-import signal
 import uuid
 from pathlib import Path
 
 import pytest
-from jobs import Agent, job_env, start_agent
+from jobs import Agent, job_env, start_agent, stop_agents
 from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.model.stragglers import STRAGGLER_EVENT_NAME, WINDOWS
@@ -94,11 +93,4 @@ def test_a_slow_rank_is_named_and_equal_ranks_are_not(
         assert {m["attributes"].get(A.GLOBAL_RANK) for m in _scores(http_receiver)} == {0, 1}
         assert _stragglers(http_receiver) == [], _stragglers(http_receiver)
     finally:
-        for agent in slow + equal:
-            if agent.proc.poll() is None:
-                agent.proc.send_signal(signal.SIGTERM)
-        for agent in slow + equal:
-            try:
-                agent.proc.wait(60)
-            except Exception:
-                agent.proc.kill()
+        stop_agents(slow + equal)
