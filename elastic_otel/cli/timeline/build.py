@@ -323,23 +323,20 @@ def _add_stalls_and_stragglers(
         host = host or record.get("resource", {}).get(A.HOST_NAME)
         return str(host or "?")
 
-    found = stalls(logs, node_of, numbers, nodes)
     by_run = {run.run_id: run for run in runs}
     shown = {id(rnd) for rnd in rounds}
-    for stall in found:
-        rnd = traces.get(stall.trace_id)
-        if rnd is not None and id(rnd) in shown:
-            rnd.stalls.append(stall)
-        run = by_run.get(stall.run_id)
-        if run is not None:
-            run.stalls.append(stall)
-    for straggler in stragglers(logs, node_of, numbers, nodes):
-        rnd = traces.get(straggler.trace_id)
-        if rnd is not None and id(rnd) in shown:
-            rnd.stragglers.append(straggler)
-        run = by_run.get(straggler.run_id)
-        if run is not None:
-            run.stragglers.append(straggler)
+    found: dict[str, list[Stall] | list[Straggler]] = {
+        "stalls": stalls(logs, node_of, numbers, nodes),
+        "stragglers": stragglers(logs, node_of, numbers, nodes),
+    }
+    for field_name, reports in found.items():  # each on its round (when shown) and its run
+        for report in reports:
+            rnd = traces.get(report.trace_id)
+            if rnd is not None and id(rnd) in shown:
+                getattr(rnd, field_name).append(report)
+            run = by_run.get(report.run_id)
+            if run is not None:
+                getattr(run, field_name).append(report)
 
 
 def lost_spans(spans: list[Item], logs: list[Item]) -> list[Item]:
