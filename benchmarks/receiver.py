@@ -1,4 +1,4 @@
-"""A counting OTLP receiver in its own process, built on ``tests/otlp_receiver.py``.
+"""A counting OTLP receiver in its own process, built on ``tests/support/otlp_receiver.py``.
 
 The test receiver decodes every record into dicts, which would dominate a million-event run;
 :class:`CountingReceiver` keeps its gRPC/HTTP servers but only counts records, requests and
@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from benchmarks.common import ROOT, TESTS, clean_env, helper_cpus, pin
+from benchmarks.common import ROOT, clean_env, helper_cpus, pin
 
 _SIGNAL_FIELDS = {
     "logs": ("resource_logs", "scope_logs", "log_records"),
@@ -37,9 +37,9 @@ def _count(signal: str, request: Any) -> int:
 
 
 def _receiver_class() -> type:
-    if str(TESTS) not in sys.path:
-        sys.path.insert(0, str(TESTS))
-    from otlp_receiver import OtlpReceiver
+    if str(ROOT) not in sys.path:  # run as a script in its own process
+        sys.path.insert(0, str(ROOT))
+    from tests.support.otlp_receiver import OtlpReceiver
 
     class CountingReceiver(OtlpReceiver):
         """OtlpReceiver that counts instead of decoding and storing."""

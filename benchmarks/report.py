@@ -1530,7 +1530,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         "`python -m benchmarks.run` (add `--quick` for the CI-sized run, `--json FILE` for the "
         "raw numbers). Sources in `benchmarks/`: `events.py` (the stream), `receiver.py` (the "
-        "counting OTLP receiver, built on `tests/otlp_receiver.py`, in its own process), "
+        "counting OTLP receiver, built on `tests/support/otlp_receiver.py`, in its own process), "
         "`collector.py` (rotel), one module per section. Every measured process is a fresh "
         "subprocess pinned to the first CPU; receivers and rotel are pinned to the others.",
         "",

@@ -23,8 +23,6 @@ pytest.importorskip("torch")
 pytest.importorskip("rotel")
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # ``benchmarks`` lives at the repository root
-    sys.path.insert(0, str(ROOT))
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from jobs import job_env, run_job, span_attr
-from otlp_receiver import OtlpReceiver
 
 from elastic_otel.integration import agent_instrumentation
 from elastic_otel.names import attributes as A
+from tests.support.jobs import job_env, run_job, span_attr
+from tests.support.otlp_receiver import OtlpReceiver
 
 
 def _attempt(span: dict) -> int:

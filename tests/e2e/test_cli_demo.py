@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from otlp_receiver import OtlpReceiver
 
 from elastic_otel.cli.demo import ProgressFollower
 from elastic_otel.cli.otlp_json_reader import read_otlp_json
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import STATUS_PREFIX
+from tests.support.otlp_receiver import OtlpReceiver
 
 SCRIPT = Path(sys.executable).with_name("elastic-otel")
 CLI = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "elastic_otel.cli"]

@@ -14,10 +14,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from jobs import job_env, run_job, span_attr, start_agent
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.names import attributes as A
+from tests.support.jobs import job_env, run_job, span_attr, start_agent
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -2,7 +2,7 @@
 
 torch's ``TCPStore`` joins its daemon thread by id when destroyed; in a forked child that id
 names a finished thread of the parent, unless a thread the child started took its stack (see
-:mod:`elastic_otel.bridge.fork_safety`). ``tests/fork_agents.py`` is the reproduction: the
+:mod:`elastic_otel.bridge.fork_safety`). ``tests/scripts/fork_agents.py`` is the reproduction: the
 shape of torch's ``local_elastic_agent_test`` (``multiprocessing`` fork, ``LocalElasticAgent``).
 """
 
@@ -12,15 +12,16 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from otlp_receiver import OtlpReceiver
+
+from tests.support.jobs import SCRIPTS
+from tests.support.otlp_receiver import OtlpReceiver
 
 pytestmark = pytest.mark.e2e
 
-SCRIPT = Path(__file__).parent.parent / "fork_agents.py"
+SCRIPT = SCRIPTS / "fork_agents.py"
 DEAD_COLLECTOR = "http://127.0.0.1:9"  # discard port: nothing listens
 
 

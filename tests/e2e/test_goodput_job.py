@@ -2,27 +2,23 @@
 marked steps with a checkpoint every 5 (after steps 4, 9, 14, 19); global rank 1 fails right
 after step 12 in the first attempt, and the restart resumes from the checkpoint of step 9. The
 summary records and the metrics say steps 10-12 were lost, the categories add up to the wall
-time, and ``elastic-otel timeline`` prints the breakdown (tests/goodput_train.py).
+time, and ``elastic-otel timeline`` prints the breakdown (tests/scripts/goodput_train.py).
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from jobs import job_env, run_job
-from otlp_receiver import OtlpReceiver
 
 from elastic_otel.model.goodput import CATEGORIES
 from elastic_otel.names import attributes as A
+from tests.support.jobs import SCRIPTS, run_exported_job
+from tests.support.otlp_receiver import OtlpReceiver
 
 pytestmark = pytest.mark.e2e
 
-SCRIPT = Path(__file__).resolve().parent.parent / "goodput_train.py"
+SCRIPT = SCRIPTS / "goodput_train.py"
 
 
 @dataclass
@@ -33,45 +29,38 @@ class Job:
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
+def job(tmp_path_factory: pytest.TempPathFactory) -> Job:
     tmp_path = tmp_path_factory.mktemp("goodput")
-    out = tmp_path / "telemetry.jsonl"
     (tmp_path / "ckpt").mkdir()
-    with OtlpReceiver("grpc") as receiver:
-        env = job_env(
-            receiver,
-            tmp_path,
-            FAIL_RANK="1",
-            FAIL_STEP="12",
-            STEPS="20",
-            CHECKPOINT_EVERY="5",
-            STEP_SECONDS="0.08",
-            CKPT_DIR=str(tmp_path / "ckpt"),
-            OTEL_LOGS_EXPORTER="otlp,elastic_otel_file",
-            OTEL_TRACES_EXPORTER="otlp,elastic_otel_file",
-            ELASTIC_OTEL_OTLP_JSON_FILE=str(out),
-            ELASTIC_OTEL_STALL_AFTER="5",
-        )
-        results = run_job(env, nproc=2, script=SCRIPT, extra_args=("--max-restarts=1",))
-        assert [rc for rc, _ in results] == [0, 0], [text[-3000:] for _, text in results]
-        summaries = receiver.wait_for_logs(
-            2, timeout=30, where=lambda r: r["event_name"] == A.GOODPUT_EVENT_NAME
+    summaries: list[dict] = []
+
+    def wait(receiver: OtlpReceiver) -> None:
+        summaries.extend(
+            receiver.wait_for_logs(
+                2, timeout=30, where=lambda r: r["event_name"] == A.GOODPUT_EVENT_NAME
+            )
         )
         receiver.wait_until(
             lambda: [m for m in receiver.metrics() if m["name"] == A.METRIC_GOODPUT], 10
         )
-        metrics = receiver.metrics()
-    timeline = subprocess.run(
-        [sys.executable, "-m", "elastic_otel.cli", "timeline", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=60,
+
+    done = run_exported_job(
+        tmp_path,
+        SCRIPT,
+        ("--max-restarts=1",),
+        wait,
+        FAIL_RANK="1",
+        FAIL_STEP="12",
+        STEPS="20",
+        CHECKPOINT_EVERY="5",
+        STEP_SECONDS="0.08",
+        CKPT_DIR=str(tmp_path / "ckpt"),
+        ELASTIC_OTEL_STALL_AFTER="5",
     )
-    assert timeline.returncode == 0, timeline.stderr
-    yield Job(
+    return Job(
         sorted(summaries, key=lambda r: r["attributes"][A.GOODPUT_ATTEMPT]),
-        metrics,
-        timeline.stdout,
+        done.metrics,
+        done.timeline,
     )
 
 

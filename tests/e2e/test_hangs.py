@@ -3,7 +3,7 @@ workers per node): global rank 1 stops before an ``all_reduce`` while ranks 0, 2
 inside it. Within ``ELASTIC_OTEL_STALL_AFTER`` plus one interval, rank 1's node reports a
 training stall that names rank 1, with rank 1's stack (the sleeping frame, its source line under
 it) and the waiting ranks' stacks (in ``all_reduce``); no change to the training script
-(tests/hanging_train.py).
+(tests/scripts/hanging_train.py).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from jobs import job_env, start_agent, stop_agents
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.names import attributes as A
+from tests.support.jobs import SCRIPTS, job_env, start_agent, stop_agents
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
 
-SCRIPT = Path(__file__).resolve().parent.parent / "hanging_train.py"
+SCRIPT = SCRIPTS / "hanging_train.py"
 HANG_LINE = next(
     n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if "# HANG LINE" in line
 )

@@ -1,7 +1,7 @@
 """Hangs named for the training users run (issue 28): DDP, whose gradient all-reduces come from
 its C++ reducer, and functional collectives, neither of which passes through the Python
 collectives. Real two-node torchrun jobs (c10d, gloo, two workers per node), a training
-script with no ``elastic_otel`` call (tests/ddp_train.py): global rank 1 stops before its
+script with no ``elastic_otel`` call (tests/scripts/ddp_train.py): global rank 1 stops before its
 ``backward()`` at step 5 while ranks 0, 2 and 3 wait inside theirs. The collective, its
 process group and sequence number come from torch's Flight Recorder, read by each worker's
 collectives thread; its dumps are left where ``torchfrtrace`` reads them.
@@ -20,15 +20,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from jobs import job_env, start_agent, stop_agents
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.names import attributes as A
 from elastic_otel.parsing.collectives import read_collectives
+from tests.support.jobs import SCRIPTS, job_env, start_agent, stop_agents
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
 
-SCRIPT = Path(__file__).resolve().parent.parent / "ddp_train.py"
+SCRIPT = SCRIPTS / "ddp_train.py"
 HANG_LINE = next(
     n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if "# HANG LINE" in line
 )

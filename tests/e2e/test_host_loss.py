@@ -20,11 +20,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from jobs import ROOT, job_env, start_agent
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.cli.otlp_json_reader import decode_line
 from elastic_otel.names import attributes as A
+from tests.support.jobs import ROOT, job_env, start_agent
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
 

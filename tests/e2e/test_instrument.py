@@ -12,10 +12,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from jobs import ROOT, TORCHRUN, TRAIN, job_env
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.names import attributes as A
+from tests.support.jobs import ROOT, TORCHRUN, TRAIN, job_env
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 INSTRUMENT = shutil.which("opentelemetry-instrument", path=str(Path(sys.executable).parent))
 pytestmark = pytest.mark.skipif(

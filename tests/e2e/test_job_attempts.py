@@ -8,12 +8,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from jobs import job_env, span_attr, start_agent
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.model.trace_ids import job_salt, trace_id_for
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
+from tests.support.jobs import job_env, span_attr, start_agent
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 SCHEDULER_VARIABLES = (*env.SCHEDULER_JOB_ID_VARIABLES, *env.SCHEDULER_ATTEMPT_VARIABLES)
 

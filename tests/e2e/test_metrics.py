@@ -8,8 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jobs import job_env, start_agent
-from otlp_receiver import OtlpReceiver, free_port
 from torch.distributed.elastic import metrics as torch_metrics
 from torch.distributed.elastic.metrics import api as torch_metrics_api
 
@@ -17,6 +15,8 @@ from elastic_otel.emit import bridge_health as bridge_metrics
 from elastic_otel.integration import torch_metrics as metrics
 from elastic_otel.names import attributes as A
 from elastic_otel.names import counters
+from tests.support.jobs import job_env, start_agent
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 # A worker whose first attempt runs until the test lets it fail, the second until the test
 # releases it: each attempt outlives a periodic export, whatever the machine's load.

@@ -7,9 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import RUN, Node, by_name
-from jobs import job_env, run_job, span_attr
-from otlp_receiver import OtlpReceiver
 from torch.distributed.elastic.events import Event, EventSource
 
 from elastic_otel.integration.agent_instrumentation import traceparent
@@ -19,6 +16,9 @@ from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
 from elastic_otel.parsing.torch_events import parse_event
 from elastic_otel.worker import training
+from tests.support.helpers import RUN, Node, by_name
+from tests.support.jobs import job_env, run_job, span_attr
+from tests.support.otlp_receiver import OtlpReceiver
 
 PHASES = {
     A.SPAN_AGENT_STOP_WORKERS,

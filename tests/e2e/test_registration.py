@@ -13,10 +13,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from jobs import job_env
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.names import attributes as A
+from tests.support.jobs import job_env
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 
 def run_py(code: str, env: dict[str, str], timeout: float = 120) -> dict:

@@ -16,11 +16,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from jobs import job_env, seqs, start_agent, use_dead_collector, use_receiver
-from otlp_receiver import OtlpReceiver, free_port
 from torch.distributed.elastic.events import Event, EventSource, NodeState, RdzvEvent
 
 from elastic_otel.names import attributes as A
+from tests.support.jobs import job_env, seqs, start_agent, use_dead_collector, use_receiver
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 
 def agent_event(i: int, run_id: str = "r") -> str:

@@ -11,11 +11,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import attr
-from jobs import job_env, run_job, run_script, start_agent
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.names import attributes as A
+from tests.support.helpers import attr
+from tests.support.jobs import job_env, run_job, run_script, start_agent
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 JOINED = "torchelastic.rendezvous.joined"
 

@@ -13,8 +13,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import captured_events
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.cli import main
 from elastic_otel.cli.otlp_json_reader import read_otlp_json
@@ -23,6 +21,8 @@ from elastic_otel.model.spans import SpanRecord
 from elastic_otel.model.trace_model import TraceModel
 from elastic_otel.names import attributes as A
 from elastic_otel.parsing.torch_events import parse_event
+from tests.support.fixtures import captured_events
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 CLI = [sys.executable, "-m", "elastic_otel.cli"]
 NODE_FILES = ("restart_node0.tsv", "restart_node1.tsv")
@@ -381,7 +381,7 @@ def agent_story(spans: list[dict], agent_of: str) -> Counter:
 def test_replayed_console_job_tells_what_the_live_bridge_exported(
     tmp_path: Path, grpc_receiver: OtlpReceiver, http_receiver: OtlpReceiver
 ) -> None:
-    from jobs import job_env, start_agent
+    from tests.support.jobs import job_env, start_agent
 
     runs = {}
     for handler, receiver in (("console", None), ("otel", grpc_receiver)):

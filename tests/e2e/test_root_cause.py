@@ -5,7 +5,7 @@ succeeds. In each failed attempt exactly that rank's span is ERROR, with the rig
 ``error.type`` and exit code; every other worker of the attempt died of it (its collective lost
 the peer) or was stopped by its agent, and says so without ERROR. One job for the four cases:
 each attempt is a round of its own (its own trace), and one job costs less than four.
-The training script (tests/failing_train.py) is not changed for the bridge: no ``@record``.
+The training script (tests/scripts/failing_train.py) is not changed for the bridge: no ``@record``.
 
 The job exports exceptions as the semantic conventions now record them
 (``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN=logs``): each root cause's exception is its log record,
@@ -16,22 +16,16 @@ timeline reads them from there.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from jobs import job_env, run_job, span_attr
-from otlp_receiver import OtlpReceiver
 
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import STATUS_PREFIX
+from tests.support.jobs import SCRIPTS, ExportedJob, run_exported_job, span_attr
 
 pytestmark = pytest.mark.e2e
 
-SCRIPT = Path(__file__).resolve().parent.parent / "failing_train.py"
+SCRIPT = SCRIPTS / "failing_train.py"
 FAULT_LINE = next(
     n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if "# FAULT LINE" in line
 )
@@ -45,49 +39,24 @@ CASES = {
 }
 
 
-@dataclass
-class Job:
-    spans: list[dict]
-    logs: list[dict]
-    timeline: str
-
-
 @pytest.fixture(scope="module")
-def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
+def job(tmp_path_factory: pytest.TempPathFactory) -> ExportedJob:
     """One job whose first four attempts fail, one way each (:data:`CASES`, in order)."""
-    tmp_path = tmp_path_factory.mktemp("root_cause")
-    out = tmp_path / "telemetry.jsonl"
-    with OtlpReceiver("grpc") as receiver:
-        env = job_env(
-            receiver,
-            tmp_path,
-            FAIL_RANK="1",
-            FAIL_HOW=",".join(CASES),
-            OTEL_TRACES_EXPORTER="otlp,elastic_otel_file",
-            OTEL_LOGS_EXPORTER="otlp,elastic_otel_file",
-            ELASTIC_OTEL_OTLP_JSON_FILE=str(out),
-            OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN="logs",
-        )
-        restarts = f"--max-restarts={len(CASES)}"
-        results = run_job(env, nproc=2, script=SCRIPT, extra_args=(restarts,))
-        assert [rc for rc, _ in results] == [0, 0], [text[-3000:] for _, text in results]
-        receiver.wait_for_spans(
+    return run_exported_job(
+        tmp_path_factory.mktemp("root_cause"),
+        SCRIPT,
+        (f"--max-restarts={len(CASES)}",),
+        lambda receiver: receiver.wait_for_spans(
             4 * (len(CASES) + 1), timeout=30, where=lambda s: s["name"] == A.SPAN_WORKER
-        )
-        spans, logs = receiver.spans(), receiver.logs()
-    # the timeline names each root cause across both nodes
-    timeline = subprocess.run(
-        [sys.executable, "-m", "elastic_otel.cli", "timeline", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        ),
+        FAIL_RANK="1",
+        FAIL_HOW=",".join(CASES),
+        OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN="logs",
     )
-    assert timeline.returncode == 0, timeline.stderr
-    yield Job(spans, logs, timeline.stdout)
 
 
 @pytest.mark.parametrize("how", list(CASES))
-def test_only_the_rank_that_failed_first_is_an_error(how: str, job: Job) -> None:
+def test_only_the_rank_that_failed_first_is_an_error(how: str, job: ExportedJob) -> None:
     spans = [s for s in job.spans if s["name"] == A.SPAN_WORKER]
     culprits = sorted(
         (w for w in spans if span_attr(w, A.STATE) == "FAILED"), key=lambda w: w["start_ns"]
@@ -136,7 +105,7 @@ def test_only_the_rank_that_failed_first_is_an_error(how: str, job: Job) -> None
 
 
 @pytest.mark.parametrize("how", list(CASES))
-def test_a_root_causes_exception_is_a_log_record_in_its_span(how: str, job: Job) -> None:
+def test_a_root_causes_exception_is_a_log_record_in_its_span(how: str, job: ExportedJob) -> None:
     """Under ``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN=logs``: no span carries an ``exception``
     event; the culprit's exception is its FAILED record, named ``exception``, in its span."""
     spans = [s for s in job.spans if s["name"] == A.SPAN_WORKER]

@@ -17,13 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DATA, captured_events
-from jobs import job_env
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.model.trace_ids import trace_id_for
 from elastic_otel.model.trace_model import TraceModel
 from elastic_otel.parsing.torch_events import parse_event
+from tests.support.fixtures import DATA, captured_events
+from tests.support.jobs import job_env
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 rotel = pytest.importorskip("rotel")
 AGENT = Path(rotel.__file__).with_name("rotel-agent")

@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import pytest
-from jobs import job_env, seqs, use_receiver
-from otlp_receiver import OtlpReceiver, free_port, make_self_signed_cert
 from torch.distributed.elastic.events import Event, EventSource
 
 from elastic_otel.names import attributes as A
+from tests.support.jobs import job_env, seqs, use_receiver
+from tests.support.otlp_receiver import OtlpReceiver, free_port, make_self_signed_cert
 
 SECRET = "s3cr3t-t0ken-value"
 

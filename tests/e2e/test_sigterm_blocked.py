@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from jobs import ROOT, TORCHRUN, job_env, run_script
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.names import attributes as A
+from tests.support.jobs import ROOT, TORCHRUN, job_env, run_script
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -11,14 +11,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import captured_events
-from jobs import job_env, start_agent
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.model.logs import to_log
 from elastic_otel.model.trace_model import TraceModel
 from elastic_otel.names import attributes as A
 from elastic_otel.parsing.torch_events import ElasticEvent, parse_event
+from tests.support.fixtures import captured_events
+from tests.support.jobs import job_env, start_agent
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 S = 1_000_000_000
 

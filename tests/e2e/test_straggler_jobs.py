@@ -1,5 +1,5 @@
 """Stragglers named while the job runs (issue 28): two real torchrun jobs side by side (c10d,
-gloo, two workers per node) train tests/ddp_train.py, a DDP model whose gradient all-reduces
+gloo, two workers per node) train tests/scripts/ddp_train.py, a DDP model whose gradient all-reduces
 DDP's C++ reducer issues, with no ``elastic_otel`` call. In a two-node job global rank 1 sleeps
 0.3 s more than its peers before each ``backward()``: its node reports it as a straggler with a
 score below 0.75 and the score gauge says so, while the other node (ranks 2 and 3, equal, both
@@ -15,15 +15,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from jobs import Agent, job_env, start_agent, stop_agents
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.model.stragglers import STRAGGLER_EVENT_NAME, WINDOWS
 from elastic_otel.names import attributes as A
+from tests.support.jobs import SCRIPTS, Agent, job_env, start_agent, stop_agents
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
 
-SCRIPT = Path(__file__).resolve().parent.parent / "ddp_train.py"
+SCRIPT = SCRIPTS / "ddp_train.py"
 WINDOW_S = 2.0
 
 

@@ -22,9 +22,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from helpers import attr
-from otlp_receiver import OtlpReceiver
-from rdzv_memory_backend import CONNECTION_LOST, InMemoryRendezvousBackend
 from torch.distributed import HashStore
 from torch.distributed.elastic import events as torch_events
 from torch.distributed.elastic.events import NodeState, construct_and_record_rdzv_event
@@ -39,6 +36,9 @@ from elastic_otel.bridge import handler as handler_module
 from elastic_otel.bridge.handler import OtelHandler
 from elastic_otel.integration import registration
 from elastic_otel.names import attributes as A
+from tests.support.helpers import attr
+from tests.support.otlp_receiver import OtlpReceiver
+from tests.support.rdzv_memory_backend import CONNECTION_LOST, InMemoryRendezvousBackend
 
 RDZV = "dynamic_rendezvous"
 TORCH_LOGGER = f"torchelastic-events-{RDZV}"

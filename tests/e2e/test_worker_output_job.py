@@ -14,18 +14,17 @@ import subprocess
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from jobs import ROOT, TORCHRUN, job_env, span_attr
-from otlp_receiver import OtlpReceiver, free_port
 
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import STATUS_PREFIX
+from tests.support.jobs import ROOT, SCRIPTS, TORCHRUN, job_env, span_attr
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
 
-SCRIPT = Path(__file__).resolve().parent.parent / "output_train.py"
+SCRIPT = SCRIPTS / "output_train.py"
 FAULT_LINE = next(
     n for n, line in enumerate(SCRIPT.read_text().splitlines(), 1) if "# FAULT LINE" in line
 )

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import attr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
@@ -44,7 +43,6 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from otlp_receiver import OtlpReceiver
 from torch.distributed.elastic.events import Event, EventSource, RdzvEvent
 
 from elastic_otel.bridge.handler import OtelHandler
@@ -59,6 +57,8 @@ from elastic_otel.parsing.torch_events import (
     EventKind,
     parse_event,
 )
+from tests.support.helpers import attr
+from tests.support.otlp_receiver import OtlpReceiver
 
 NASTY = Path(__file__).parent.parent / "data" / "nasty"
 LOGGER_NAME = "torchelastic-events-nasty"  # shaped like torch's torchelastic-events-<dest>

@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import as_documented, documented_defaults
+
+from tests.support.helpers import as_documented, documented_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "elastic_otel"

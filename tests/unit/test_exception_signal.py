@@ -13,15 +13,15 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import captured_events
-from jobs import use_receiver
-from otlp_receiver import OtlpReceiver
 
 from elastic_otel.cli.otlp_json_reader import read_otlp_json
 from elastic_otel.cli.timeline.build import build_timeline
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
 from elastic_otel.names.torch_names import STATUS_PREFIX
+from tests.support.fixtures import captured_events
+from tests.support.jobs import use_receiver
+from tests.support.otlp_receiver import OtlpReceiver
 
 EVENTS = [payload for _, payload in captured_events("restart_node0.tsv")]
 TRACEBACK = (

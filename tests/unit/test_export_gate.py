@@ -61,7 +61,7 @@ def test_an_otlp_grpc_exporters_rpcs_pass_the_gate_also_after_it_reconnects() ->
     import threading
 
     from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
-    from otlp_receiver import OtlpReceiver, free_port
+    from tests.support.otlp_receiver import OtlpReceiver, free_port
 
     from elastic_otel.emit.export_gate import GATE, gate_grpc_calls
 

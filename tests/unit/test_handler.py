@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 import pytest
-from conftest import captured_events
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
 from opentelemetry.sdk._logs.export import (
     InMemoryLogRecordExporter,
@@ -43,6 +42,7 @@ from elastic_otel.names import attributes as A
 from elastic_otel.names import counters
 from elastic_otel.names import environment_variables as env
 from elastic_otel.names.counters import DeliveryCounters
+from tests.support.fixtures import captured_events
 
 EVENTS = [payload for _, payload in captured_events("restart_node0.tsv")]
 JOINED = 6

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-from helpers import RUN, Node, by_name
-from test_tracing import feed, worker
 from torch.distributed.elastic.events import Event, EventSource
 
 from elastic_otel.model.agent import AgentModel
@@ -17,6 +15,7 @@ from elastic_otel.model.trace_model import TraceModel
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import NodeState, WorkerState
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind, parse_event
+from tests.support.helpers import RUN, Node, by_name, feed, worker
 
 
 class FixedRound:

@@ -12,7 +12,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import captured_events
 from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -27,7 +26,6 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SynchronousMultiSpanProcessor
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from otlp_receiver import decode_logs, decode_spans
 
 from elastic_otel.cli.otlp_json_reader import OtlpJsonError, read_otlp_json
 from elastic_otel.cli.timeline.build import build_timeline, render_text
@@ -40,6 +38,8 @@ from elastic_otel.emit.otlp_json import (
 from elastic_otel.emit.pipeline import build_pipeline, exporter_class
 from elastic_otel.model.trace_model import TraceModel
 from elastic_otel.parsing.torch_events import parse_event
+from tests.support.fixtures import captured_events
+from tests.support.otlp_receiver import decode_logs, decode_spans
 
 HEX32 = set("0123456789abcdef")
 

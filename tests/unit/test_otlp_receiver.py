@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import gzip
-import os
 import socket
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -44,9 +42,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-
-from otlp_receiver import (
+from tests.support.otlp_receiver import (
     REQUESTS_CA_ENV_VARS,
     OtlpReceiver,
     decode_any_value,

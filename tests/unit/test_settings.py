@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from helpers import as_documented, documented_defaults
 
 from elastic_otel.bridge.handler import OtelHandler
 from elastic_otel.names import environment_variables as env
 from elastic_otel.names.settings import Settings
+from tests.support.helpers import as_documented, documented_defaults
 
 
 def _variable(field: str) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from conftest import captured_events
 from opentelemetry.exporter.otlp.json.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans
 from opentelemetry.sdk._logs import LoggerProvider
@@ -24,6 +23,7 @@ from elastic_otel.model.spans import SpanRecord
 from elastic_otel.model.trace_model import TraceModel
 from elastic_otel.names import attributes as A
 from elastic_otel.names.counters import EventCounters
+from tests.support.fixtures import captured_events
 
 S = 1_000_000_000
 EVENTS = captured_events("restart_node0.tsv")

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import captured_events
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
@@ -25,10 +22,10 @@ from elastic_otel.emit.emitter import Emitter
 from elastic_otel.emit.otlp_json import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter
 from elastic_otel.model.trace_model import TraceModel
 from elastic_otel.parsing.torch_events import EventKind, parse_event
+from tests.support.chromium import ARTIFACTS, chromium, console_errors, needs_chromium, probe
+from tests.support.fixtures import captured_events
 
 ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
 NODE_FILES = ("restart_node0.tsv", "restart_node1.tsv")
 CLI = [sys.executable, "-m", "elastic_otel.cli"]
 
@@ -274,66 +271,6 @@ def test_cli_errors_are_one_line(
 
 
 # --- the HTML page in a real browser ----------------------------------------------------------
-
-needs_chromium = pytest.mark.skipif(
-    not os.path.exists(CHROMIUM),
-    reason="Chromium is not installed (apt-get install -y chromium)",
-)
-
-
-def chromium(page: Path, tmp_path: Path, *mode: str) -> subprocess.CompletedProcess[str]:
-    profile = tmp_path / f"chromium-profile-{len(list(tmp_path.iterdir()))}"
-    return subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={profile}",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--window-size=1400,900",
-            *mode,
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-
-
-def console_errors(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
-
-
-PROBE = """<script>
-  document.body.setAttribute("data-probe", JSON.stringify({
-    scrollWidth: document.documentElement.scrollWidth,
-    innerWidth: window.innerWidth,
-    phases: Array.from(document.querySelectorAll(".track .bar.phase")).map(function (b) {
-      return [b.className, b.textContent, b.getBoundingClientRect().width];
-    }),
-    summaryRight: document.getElementById("run-summary").getBoundingClientRect().right
-  }));
-</script></body>"""
-
-
-def probe(page_html: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
-    """The page in headless Chromium at 1400 x 900: what the probe script measured, the DOM."""
-    page = tmp_path / "probe.html"
-    page.write_text(page_html.replace("</body>", PROBE))
-    dom = chromium(page, tmp_path, "--dump-dom")
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert 'data-rendered="true"' in dom.stdout and 'class="js-error"' not in dom.stdout
-    assert not console_errors(dom.stderr)
-    found = re.search(r'data-probe="([^"]*)"', dom.stdout)
-    assert found is not None, dom.stdout[-2000:]
-    return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&")), dom.stdout
 
 
 @needs_chromium

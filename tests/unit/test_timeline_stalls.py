@@ -1,8 +1,8 @@
 """A hung job in the timeline: the training stall reports of a round, joined across nodes.
 
 The input is what the bridges of a two-node job write when global rank 1 hangs at step 3 while
-every other rank waits for it in the job's 4th ``all_reduce`` (``tests/hanging_train.py``): real
-span and log records through the project's emitter and OTLP/JSON file exporters, one process
+every other rank waits for it in the job's 4th ``all_reduce`` (``tests/scripts/hanging_train.py``):
+real span and log records through the project's emitter and OTLP/JSON file exporters, one process
 (resource) per node, read back as ``elastic-otel timeline`` reads them. Each node's agent sees
 only its own ranks: node-a (ranks 0, 1) reports that rank 0 waits for rank 1, in ``hang at
 train.py:18``; node-b (ranks 2, 3) only that its ranks wait. Both report every 30 s, with the
@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recorded_jobs import BASE, MS, RecordedJob, timeline_cli
-from test_timeline import ARTIFACTS, chromium, needs_chromium, probe
 
 from elastic_otel.cli.otlp_json_reader import read_otlp_json
 from elastic_otel.cli.timeline.build import Timeline, build_timeline, render_text
@@ -25,6 +23,8 @@ from elastic_otel.cli.timeline.html import render_html, timeline_data
 from elastic_otel.model.stalls import STALL_EVENT_NAME, STALL_STATE, TRAINING
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import WORKER_STACKS_EVENT
+from tests.support.chromium import ARTIFACTS, chromium, needs_chromium, probe
+from tests.support.recorded_jobs import BASE, MS, RecordedJob, timeline_cli
 
 RUN = "job-20"
 T0 = 0x0C0C << 64 | 3  # the trace of round 0

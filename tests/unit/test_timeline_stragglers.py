@@ -12,9 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recorded_jobs import BASE, MS, NODES, RecordedJob, timeline_cli
-from test_timeline import needs_chromium, probe
-
 from elastic_otel.cli.otlp_json_reader import read_otlp_json
 from elastic_otel.cli.timeline.build import Timeline, build_timeline, render_text
 from elastic_otel.cli.timeline.html import render_html, timeline_data
@@ -27,6 +24,8 @@ from elastic_otel.model.stragglers import (
 )
 from elastic_otel.names import attributes as A
 from elastic_otel.parsing.torch_events import parse_event
+from tests.support.chromium import needs_chromium, probe
+from tests.support.recorded_jobs import BASE, MS, NODES, RecordedJob, timeline_cli
 
 RUN = "job-28"
 T0 = 0x0C0C << 64 | 28  # the trace of round 0

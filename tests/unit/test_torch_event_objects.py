@@ -12,12 +12,12 @@ import json
 from collections.abc import Callable
 
 import pytest
-import test_parsing as literals
 from torch.distributed.elastic.events import Event, EventSource, NodeState, RdzvEvent
 
 from elastic_otel.model.logs import to_log
 from elastic_otel.names import attributes as A
 from elastic_otel.parsing.torch_events import EventKind, RdzvAction, parse_event
+from tests.support import event_json as literals
 
 ERROR_FILE = json.dumps(
     {
@@ -142,7 +142,7 @@ OBJECTS: dict[str, Callable[[], Event | RdzvEvent]] = {
 }
 
 
-def test_every_literal_of_test_parsing_is_checked_here() -> None:
+def test_every_literal_of_event_json_is_checked_here() -> None:
     names = {name for name in vars(literals) if name.endswith("_JSON")}
     assert names == set(OBJECTS)
 

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from jobs import job_env, run_script
-from otlp_receiver import OtlpReceiver
 
 from elastic_otel.names import attributes as A
+from tests.support.jobs import job_env, run_script
+from tests.support.otlp_receiver import OtlpReceiver
 
 pytest.importorskip("torchelastic.events", reason="torchelastic==0.2.1 is in the test extra")
 

@@ -4,25 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from conftest import captured_events
-from helpers import RUN, Node, by_name
-from torch.distributed.elastic.events import Event, EventSource
-
-from elastic_otel.model.spans import STATUS_ERROR, STATUS_OK, SpanRecord
+from elastic_otel.model.spans import STATUS_ERROR, STATUS_OK
 from elastic_otel.model.trace_ids import job_salt, trace_id_for
 from elastic_otel.model.trace_model import TraceModel
 from elastic_otel.names import attributes as A
 from elastic_otel.parsing.torch_events import parse_event
-
-
-def feed(model: TraceModel, rows: list[tuple[float, object]]):
-    spans: list[SpanRecord] = []
-    logs = []
-    for created, payload in rows:
-        out = model.process(parse_event(payload, int(created * 1e9)))
-        spans += out.spans
-        logs += out.logs
-    return spans, logs
+from tests.support.fixtures import captured_events
+from tests.support.helpers import RUN, Node, by_name, feed, worker
 
 
 def run_captured(name: str, salt: str = "s"):
@@ -30,23 +18,6 @@ def run_captured(name: str, salt: str = "s"):
     spans, logs = feed(model, captured_events(name))
     out = model.close_all(2_000_000_000_000_000_000, "process exit")
     return spans + out.spans, logs + out.logs
-
-
-def worker(t: float, state: str, global_rank: int, restarts: int, run_id: str = RUN):
-    return t, Event(
-        f"torchelastic.worker.status.{state}",
-        EventSource.WORKER,
-        0,
-        {
-            "run_id": run_id,
-            "global_rank": global_rank,
-            "group_rank": 0,
-            "state": state,
-            "agent_restarts": restarts,
-            "role": "default",
-            "metadata": "{}",
-        },
-    )
 
 
 # --- real runs ----------------------------------------------------------------------------

@@ -4,8 +4,6 @@ decision from the ranks' progress records, and the report's text."""
 from __future__ import annotations
 
 import pytest
-from jobs import use_receiver
-from otlp_receiver import OtlpReceiver
 from torch.distributed.elastic.events import Event, EventSource
 
 from elastic_otel.model.stalls import (
@@ -17,6 +15,8 @@ from elastic_otel.model.stalls import (
     training_stall,
 )
 from elastic_otel.names import attributes as A
+from tests.support.jobs import use_receiver
+from tests.support.otlp_receiver import OtlpReceiver
 
 S = 1_000_000_000
 AFTER = 60 * S

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from worker_env import agent_environment, json_lines, line_of, plain_environment, run, write_script
 
 from elastic_otel.names import environment_variables as env
 from elastic_otel.parsing import worker_progress as wp
@@ -31,6 +30,14 @@ from elastic_otel.parsing.worker_progress import (
     split_dumps,
 )
 from elastic_otel.worker import startup
+from tests.support.worker_env import (
+    agent_environment,
+    json_lines,
+    line_of,
+    plain_environment,
+    run,
+    write_script,
+)
 
 T = TypeVar("T")
 RTMIN3 = int(signal.SIGRTMIN) + 3

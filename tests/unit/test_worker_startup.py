@@ -18,7 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from worker_env import (
+
+from elastic_otel.names import environment_variables as env
+from elastic_otel.parsing.worker_reports import MAX_REPORT_BYTES, read_worker_report
+from elastic_otel.worker import startup
+from tests.support.worker_env import (
     SITE,
     agent_environment,
     json_lines,
@@ -27,10 +31,6 @@ from worker_env import (
     run,
     write_script,
 )
-
-from elastic_otel.names import environment_variables as env
-from elastic_otel.parsing.worker_reports import MAX_REPORT_BYTES, read_worker_report
-from elastic_otel.worker import startup
 
 INSTRUMENT = shutil.which("opentelemetry-instrument", path=str(Path(sys.executable).parent))
 # What the scripts print about themselves (and their children) as JSON lines.

@@ -10,13 +10,16 @@ import textwrap
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from otlp_receiver import OtlpReceiver, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.otlp_receiver import OtlpReceiver, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "tests" / "scripts"  # the torchrun training scripts the jobs run
 TRAIN = ROOT / "examples" / "train.py"
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
@@ -167,3 +170,47 @@ def run_script(source: str, env: dict[str, str]) -> str:
 
 def span_attr(span: dict, key: str) -> object:
     return span["attributes"].get(key)
+
+
+@dataclass
+class ExportedJob:
+    """What a finished job exported, as a user reads it: over OTLP and in the timeline."""
+
+    spans: list[dict]
+    logs: list[dict]
+    metrics: list[dict]
+    timeline: str
+
+
+def run_exported_job(
+    tmp_path: Path,
+    script: Path,
+    extra_args: tuple[str, ...],
+    wait: Callable[[OtlpReceiver], object],
+    **extra: str,
+) -> ExportedJob:
+    """Run a two-agent job of ``script`` (two workers per node) that must succeed, exporting to a
+    gRPC receiver and to an OTLP/JSON file; ``wait(receiver)`` returns once what the test reads
+    has arrived. The file is then read by ``elastic-otel timeline``."""
+    out = tmp_path / "telemetry.jsonl"
+    with OtlpReceiver("grpc") as receiver:
+        env = job_env(
+            receiver,
+            tmp_path,
+            OTEL_TRACES_EXPORTER="otlp,elastic_otel_file",
+            OTEL_LOGS_EXPORTER="otlp,elastic_otel_file",
+            ELASTIC_OTEL_OTLP_JSON_FILE=str(out),
+            **extra,
+        )
+        results = run_job(env, nproc=2, script=script, extra_args=extra_args)
+        assert [rc for rc, _ in results] == [0, 0], [text[-3000:] for _, text in results]
+        wait(receiver)
+        spans, logs, metrics = receiver.spans(), receiver.logs(), receiver.metrics()
+    timeline = subprocess.run(
+        [sys.executable, "-m", "elastic_otel.cli", "timeline", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert timeline.returncode == 0, timeline.stderr
+    return ExportedJob(spans, logs, metrics, timeline.stdout)

@@ -6,12 +6,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from torch.distributed.elastic.events import NodeState, RdzvEvent
+from torch.distributed.elastic.events import Event, EventSource, NodeState, RdzvEvent
 
 from elastic_otel.model.spans import SpanRecord
+from elastic_otel.model.trace_model import TraceModel
+from elastic_otel.parsing.torch_events import parse_event
 
 RUN = "job-7"
-CONFIGURATION_DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+CONFIGURATION_DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def documented_defaults() -> dict[str, str]:
@@ -121,3 +123,32 @@ class Node:
             f"The node '{self.desc}' has closed the rendezvous '{self.run_id}'.",
             NodeState.SUCCEEDED,
         )
+
+
+def feed(model: TraceModel, rows: list[tuple[float, object]]):
+    """Run ``(created, event)`` rows through the parser and ``model``: its spans and logs."""
+    spans: list[SpanRecord] = []
+    logs = []
+    for created, payload in rows:
+        out = model.process(parse_event(payload, int(created * 1e9)))
+        spans += out.spans
+        logs += out.logs
+    return spans, logs
+
+
+def worker(t: float, state: str, global_rank: int, restarts: int, run_id: str = RUN):
+    """A ``(created, Event)`` row: torch's worker status event of one rank."""
+    return t, Event(
+        f"torchelastic.worker.status.{state}",
+        EventSource.WORKER,
+        0,
+        {
+            "run_id": run_id,
+            "global_rank": global_rank,
+            "group_rank": 0,
+            "state": state,
+            "agent_restarts": restarts,
+            "role": "default",
+            "metadata": "{}",
+        },
+    )

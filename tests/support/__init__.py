@@ -1,0 +1,1 @@
+"""Support code the tests share: the OTLP receiver, torchrun jobs, recorded data, fixtures."""
