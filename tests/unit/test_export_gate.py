@@ -61,9 +61,9 @@ def test_an_otlp_grpc_exporters_rpcs_pass_the_gate_also_after_it_reconnects() ->
     import threading
 
     from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
-    from tests.support.otlp_receiver import OtlpReceiver, free_port
 
     from elastic_otel.emit.export_gate import GATE, gate_grpc_calls
+    from tests.support.otlp_receiver import OtlpReceiver, free_port
 
     dead = gate_grpc_calls(OTLPLogExporter(endpoint=f"http://127.0.0.1:{free_port()}", timeout=1))
     dead.export([])  # refused: UNAVAILABLE, a new channel and stub
