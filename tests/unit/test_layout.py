@@ -186,3 +186,19 @@ def test_torch_loaded_subpackages_have_empty_inits() -> None:
         init = PACKAGE / folder / "__init__.py"
         if folder and folder != "cli" and init.exists():
             assert init.read_text().strip() == "", f"{init} is not empty"
+
+
+MAX_CLASS_LINES = 300
+
+
+def test_no_class_over_300_lines() -> None:
+    """A class that long does several things: split it along a seam."""
+    offenders = [
+        f"{module}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for module, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES
+    ]
+    assert offenders == []
