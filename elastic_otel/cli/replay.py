@@ -4,11 +4,12 @@ torchrun's ``console`` event destination prints every event as a JSON line, and 
 often carry them behind a prefix (``[default0]:``, a glog header ``I1121 23:23:40.128000 5550
 torch/...api.py:1028] ``). :class:`Replayer` streams each file in blocks, looks only at the
 lines that contain ``"name"`` (which every serialized event does), finds each ``Event`` /
-``RdzvEvent`` object anywhere in such a line, and feeds them through the same
-:func:`~elastic_otel.parsing.torch_events.parse_event`,
-:class:`~elastic_otel.model.trace_model.TraceModel` and
-:class:`~elastic_otel.emit.emitter.Emitter` as the live bridge: one model per file, since one file
-is one agent's log.
+``RdzvEvent`` object anywhere in such a line, and feeds them to a
+:class:`~elastic_otel.bridge.conversion.Conversion`, the live bridge's own way from an event to
+its spans and log records, with a :class:`~elastic_otel.model.trace_model.TraceModel` and an
+:class:`~elastic_otel.emit.emitter.Emitter` of its own per file, since one file is one agent's
+log. What replay adds is only what a log file needs: finding the events, their times, the
+``--run-id`` filter, counting, and flushing the exporters as it goes.
 
 An event's time is its own timestamp when it has one, else the timestamp of its log line's
 header, else a synthetic time that keeps file order (just after the last header seen). Files
@@ -37,13 +38,14 @@ from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from elastic_otel.bridge.conversion import Conversion
 from elastic_otel.emit.emitter import Emitter
 from elastic_otel.emit.otlp_json import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter
 from elastic_otel.emit.pipeline import Pipeline, build_resource
 from elastic_otel.model.spans import Output
 from elastic_otel.model.trace_model import TraceModel
 from elastic_otel.names import environment_variables as env
-from elastic_otel.parsing.torch_events import EventKind, parse_event
+from elastic_otel.parsing.torch_events import EventKind
 from elastic_otel.version import __version__
 
 STDIN = "-"
@@ -315,9 +317,11 @@ class _FileState:
     model: TraceModel
     source: Source
     clock: LineClock = field(init=False)
+    conversion: Conversion = field(init=False)  # the live bridge's, on this file's model
 
     def __post_init__(self) -> None:
         self.clock = LineClock(self.source.year, self.source.base_ns)
+        self.conversion = Conversion(self.model, self.emitter)
 
 
 class Replayer:
@@ -381,7 +385,7 @@ class Replayer:
             self.progress.update(source.name, source.position(), source.size, stats, True)
         clock = file.clock
         end = clock.last_ns if clock.last_ns is not None else source.base_ns
-        self._deliver(file.model.close_all(end, "end of the replayed log"), file.emitter)
+        self._count(file.conversion.end_all(end, "end of the replayed log"), file.emitter)
 
     def _block(self, data: bytes, end: int, file: _FileState) -> None:
         """The complete lines ``data[:end]``: only lines naming ``"name"`` are looked at."""
@@ -416,7 +420,7 @@ class Replayer:
             return
         created = file.clock.time_for(line)
         for obj, _ in found:
-            event = parse_event(obj, created)
+            event = file.conversion.parse(obj, created)
             if event.kind is EventKind.UNPARSED:
                 stats.skipped[SKIP_UNPARSED] += 1
                 continue
@@ -427,11 +431,11 @@ class Replayer:
                 continue
             stats.events[event.kind.value] += 1
             stats.run_ids[event.run_id] += 1
-            self._deliver(file.model.process(event), file.emitter)
+            self._count(file.conversion.convert(event), file.emitter)
 
-    def _deliver(self, out: Output, emitter: Emitter) -> None:
+    def _count(self, out: Output, emitter: Emitter) -> None:
+        """Count what the conversion emitted; flush the exporters every ``flush_every``."""
         stats = self.stats
-        emitter.emit_output(out)
         n_spans = len(out.spans) if emitter.span_processor is not None else 0
         n_logs = len(out.logs) if emitter.logger is not None else 0
         stats.spans += n_spans
