@@ -146,10 +146,10 @@ def run_round(
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
     from elastic_otel.bridge.conversion import Conversion
+    from elastic_otel.emit.counters import EventCounters
     from elastic_otel.emit.emitter import Emitter
     from elastic_otel.model.trace_model import TraceModel
     from elastic_otel.names import attributes as A
-    from elastic_otel.names.counters import EventCounters
 
     sized = Sized()
     current = {"node": 0}

@@ -95,7 +95,7 @@ def flush(timeout_s: float | None = None) -> bool:
 
 
 def stats() -> dict[str, int]:
-    """Counters of the bridge (see :mod:`elastic_otel.names.counters`): events received, processed,
+    """Counters of the bridge (see :mod:`elastic_otel.emit.counters`): events received, processed,
     unparsed, dropped (queue full, after shutdown), records exported, export failures, records
     dropped during a collector outage or at exit."""
     return get_handler().all_stats()

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from elastic_otel.emit.counters import EventCounters
 from elastic_otel.model.snapshots import HEARTBEAT, STOP, SnapshotSchedule
 from elastic_otel.model.spans import LogOut, Output, SpanRecord
 from elastic_otel.model.trace_model import TraceModel, WorkerLaunch
-from elastic_otel.names.counters import EventCounters
 from elastic_otel.names.environment_variables import DEFAULT_RAW_LIMIT
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind, parse_event
 

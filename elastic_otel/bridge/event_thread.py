@@ -1,15 +1,15 @@
-"""The bridge's worker thread: the one consumer of the event queue and owner of the trace model.
+"""The bridge's event thread: the one consumer of the event queue and owner of the trace model.
 
 torch's threads only append to a bounded deque (:meth:`EventThread.put`); one thread takes
 events off it and hands them to a :class:`Sink` (parsing, the trace model, emission). The
-worker polls every 50 ms and torch's thread wakes it only for a backlog: waking a sleeping
+thread polls every 50 ms and torch's thread wakes it only for a backlog: waking a sleeping
 thread per event costs the caller a futex call and often a context switch.
 
-Closing is a request to the worker, not work done beside it: :meth:`EventThread.close` asks
-the worker to process what is queued and then :meth:`Sink.close` (end open spans), and waits.
+Closing is a request to the event thread, not work done beside it: :meth:`EventThread.close`
+asks it to process what is queued and then :meth:`Sink.close` (end open spans), and waits.
 Events that arrive afterwards, and those still queued when the exit timeout runs out, are
 counted (``dropped_after_shutdown``), never fed to a model being closed on another thread.
-Only when no worker thread runs (it could not be started, or was lost at interpreter
+Only when no event thread runs (it could not be started, or was lost at interpreter
 shutdown) does the caller process inline, under a lock.
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
+from elastic_otel.emit.counters import EventCounters
 from elastic_otel.names import environment_variables as env
-from elastic_otel.names.counters import EventCounters
 
 _logger = logging.getLogger("elastic_otel")
 
@@ -34,7 +34,7 @@ _bridge_thread = threading.local()
 
 
 class Sink(Protocol):
-    """What the worker feeds: called on the worker thread only."""
+    """What the event thread feeds: called on the event thread only."""
 
     def process(self, payload: object, created: float) -> None:
         """Convert and emit one event recorded at ``created`` (seconds since the epoch)."""
@@ -63,7 +63,7 @@ def bridge_section() -> Iterator[None]:
 
 
 class EventThread:
-    """A bounded queue from torch's threads to one worker thread feeding ``sink``."""
+    """A bounded queue from torch's threads to one event thread feeding ``sink``."""
 
     def __init__(self, sink: Sink, counters: EventCounters, queue_size: int) -> None:
         self.sink = sink
@@ -73,7 +73,7 @@ class EventThread:
         self._wake = threading.Event()
         self._idle = threading.Condition(threading.Lock())
         self._busy = False
-        self._inline = threading.Lock()  # processing when no worker thread runs
+        self._inline = threading.Lock()  # processing when no event thread runs
         self._calls: deque[_Call] = deque()
         self._appended = 0  # events put on the queue (approximate: torch's threads race it)
         self._taken = 0  # events taken off it, by the owner thread only
@@ -125,7 +125,7 @@ class EventThread:
 
     @property
     def thread_alive(self) -> bool:
-        """Whether the worker thread runs (else events are processed inline)."""
+        """Whether the event thread runs (else events are processed inline)."""
         return self._thread is not None and self._thread.is_alive()
 
     def drain(self, timeout_s: float) -> bool:
@@ -162,9 +162,9 @@ class EventThread:
         return call.done.wait(timeout_s)
 
     def close(self, reason: str, error: bool, timeout_s: float) -> bool:
-        """Process what is queued, then close the sink, on the worker; ``False`` on timeout.
+        """Process what is queued, then close the sink, on the event thread; ``False`` on timeout.
 
-        On timeout the sink is left alone (the worker may still be inside it); what it had
+        On timeout the sink is left alone (the event thread may still be inside it); what it had
         not processed is lost with the process, and counted by the pipeline at its shutdown.
         """
         if self._closed.is_set():
@@ -178,7 +178,7 @@ class EventThread:
 
         if self.call(close_sink, timeout_s):
             return True
-        # Out of time (a backlog, or a worker stuck in an export): what is still queued will
+        # Out of time (a backlog, or an event thread stuck in an export): what is still queued will
         # not be processed; count it, and whatever comes later, instead of losing it silently.
         self._closed.set()
         self._drop_queued()
@@ -195,11 +195,11 @@ class EventThread:
             self.counters.dropped_after_shutdown += 1
 
     def stop(self) -> None:
-        """Let the worker thread end (after :meth:`close`)."""
+        """Let the event thread end (after :meth:`close`)."""
         self._stopped = True
         self._wake.set()
 
-    # --- the worker thread ------------------------------------------------------------------
+    # --- the event thread ------------------------------------------------------------------
 
     def _run(self) -> None:
         _bridge_thread.inside = True
@@ -215,7 +215,7 @@ class EventThread:
                     self._process_queue()  # after a close: counted, not processed
                 if not self._closed.is_set():
                     self.sink.tick(time.time_ns())
-            except BaseException:  # keep the worker alive whatever happens
+            except BaseException:  # keep the event thread alive whatever happens
                 self.counters.internal_errors += 1
             finally:
                 with self._idle:

@@ -24,7 +24,7 @@ import os
 import threading
 from collections.abc import Callable
 
-from elastic_otel.emit.export_gate import GATE as EXPORT_GATE
+from elastic_otel.emit.export_gate import ExportGate
 
 _logger = logging.getLogger("elastic_otel")
 
@@ -135,10 +135,13 @@ def _pthreads() -> _Pthreads | None:
 class ForkGuard:
     """Keeps the stacks the parent's threads leave in a forked child as fork left them.
 
-    One per process, held by :data:`GUARD`; :meth:`watch` hooks it into ``os.fork`` once.
+    One per process (glibc's stack cache and default thread attributes are process-wide), held
+    by :class:`elastic_otel.bridge.process.BridgeProcess`; :meth:`watch` hooks it, and the
+    process's export ``gate``, into ``os.fork`` once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, gate: ExportGate) -> None:
+        self._gate = gate
         self._hooked = False
         self._lock = threading.Lock()
         self.bridge_running = False  # set by the bridge once it has started its threads
@@ -159,18 +162,18 @@ class ForkGuard:
         )
 
     def _before_fork(self) -> None:
-        EXPORT_GATE.before_fork()  # no export inside gRPC at the fork (emit/export_gate.py)
+        self._gate.before_fork()  # no export inside gRPC at the fork (emit/export_gate.py)
         if self.bridge_running:
             # gRPC restarts its threads inside fork(), before any Python code runs in the
             # child: with a default stack size above every stack here, they take none of them.
             self._restore = self._raise_default_stack_size()
 
     def _after_fork_in_parent(self) -> None:
-        EXPORT_GATE.after_fork_in_parent()
+        self._gate.after_fork_in_parent()
         self._restore_default_stack_size()
 
     def _after_fork_in_child(self) -> None:
-        EXPORT_GATE.after_fork_in_child()
+        self._gate.after_fork_in_child()
         self._lock = threading.Lock()  # another thread may have held it at fork
         self.forked = True
         if self.bridge_running:
@@ -213,7 +216,3 @@ class ForkGuard:
         restore, self._restore = self._restore, 0
         if restore and self._pthreads is not None:
             self._pthreads.set_default_stack_size(restore)
-
-
-GUARD = ForkGuard()
-"""This process's guard: glibc's stack cache and default thread attributes are process-wide."""

@@ -3,11 +3,11 @@
 torch calls :meth:`OtelHandler.emit` on its agent thread, its keep-alive timer thread, or
 wherever an event is recorded. ``emit`` only appends the message and its creation time to a
 bounded queue (:mod:`elastic_otel.bridge.event_thread`; no parsing, no lock held across I/O, no
-network) and returns. The worker thread converts (:mod:`elastic_otel.bridge.conversion`) and feeds
+network) and returns. The event thread converts (:mod:`elastic_otel.bridge.conversion`) and feeds
 the SDK's batch processors, which export on their own threads.
 
 The SDK pipeline is built once, on the thread of the first event or in :meth:`start`, never
-on the worker thread, so that building it cannot race interpreter shutdown. At exit the queue
+on the event thread, so that building it cannot race interpreter shutdown. At exit the queue
 is drained, open spans are ended and marked, and the pipeline is flushed, all within
 ``ELASTIC_OTEL_EXIT_TIMEOUT`` seconds (:mod:`elastic_otel.bridge.process_exit`).
 
@@ -15,7 +15,7 @@ The process-wide handler, the one torch's registry, the traced rendezvous backen
 torchelastic 0.2 handler share, is :func:`get_handler`; what registering it with torch changes
 is owned by :class:`elastic_otel.integration.registration.Bridge`.
 
-Settings (:class:`~elastic_otel.names.settings.Settings`) are read once, when the handler is
+Settings (:class:`~elastic_otel.config.settings.Settings`) are read once, when the handler is
 made (or given to it), and passed down to the pipeline, the trace model and the exit path. Its
 shutdown is one step of the process's exit path (:data:`elastic_otel.bridge.process_exit.EXIT`),
 registered when it starts, beside the other owners' steps and within the same bound.
@@ -30,14 +30,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from elastic_otel.bridge import process_exit
 from elastic_otel.bridge.conversion import Conversion, SpanObserver
 from elastic_otel.bridge.event_thread import EventThread, bridge_section, inside_bridge
-from elastic_otel.bridge.fork_safety import GUARD as FORK_GUARD
+from elastic_otel.bridge.process import BridgeProcess, bridge_process
+from elastic_otel.config.settings import Settings
+from elastic_otel.emit.counters import ALL_KEYS, EventCounters
 from elastic_otel.model.trace_ids import job_salt
 from elastic_otel.model.trace_model import TraceModel, WorkerLaunch
-from elastic_otel.names.counters import ALL_KEYS, EventCounters
-from elastic_otel.names.settings import Settings
 from elastic_otel.parsing.torch_events import safe_text
 
 if TYPE_CHECKING:  # both import the OpenTelemetry SDK: only once the bridge starts
@@ -60,10 +59,14 @@ class OtelHandler(logging.Handler):
     """
 
     def __init__(
-        self, pipeline_factory: PipelineFactory | None = None, settings: Settings | None = None
+        self,
+        pipeline_factory: PipelineFactory | None = None,
+        settings: Settings | None = None,
+        process: BridgeProcess | None = None,
     ) -> None:
         super().__init__(level=logging.NOTSET)
         self._factory = pipeline_factory
+        self.process = bridge_process() if process is None else process
         self.settings = Settings.from_environment() if settings is None else settings
         self._exit_timeout = self.settings.exit_timeout_s
         self._traces = self.settings.traces
@@ -71,21 +74,22 @@ class OtelHandler(logging.Handler):
         self._start_lock = threading.Lock()
         self._new_process()
         if self.settings.fork_guard:
-            FORK_GUARD.watch()  # first: its hook must run in a child before any that starts threads
+            # first: its hook must run in a child before any that starts threads
+            self.process.fork_guard.watch()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
-        process_exit.after_fork_in_child()  # the parent's signal watcher is not the child's
+        self.process.exit_path.after_fork_in_child()  # the parent's signal watcher is not ours
         self._new_process()
 
     def _new_process(self) -> None:
         # Also the child's state after fork: it must not inherit the parent's queue, model,
-        # (dead) worker thread, counts, or exporters (a gRPC channel does not survive fork).
+        # (dead) event thread, counts, or exporters (a gRPC channel does not survive fork).
         # Its first event builds its own pipeline, as the parent's did.
         self.counters = EventCounters()
         self._pipeline: Pipeline | None = None
-        self._worker: EventThread | None = None
+        self._event_thread: EventThread | None = None
         self._started = False
         self._closed = False  # shutdown began: no more flushes
         self._span_observer: SpanObserver | None = None
@@ -123,9 +127,9 @@ class OtelHandler(logging.Handler):
             if not self._started:
                 self.start()
             self.counters.received += 1
-            worker = self._worker
-            if worker is not None:
-                worker.put(payload, created)
+            event_thread = self._event_thread
+            if event_thread is not None:
+                event_thread.put(payload, created)
         except Exception:  # the training job must never see our failures
             self.counters.internal_errors += 1
 
@@ -133,7 +137,7 @@ class OtelHandler(logging.Handler):
         self, run_id: str, local_ranks: list[int], timeout_s: float = 0.5
     ) -> WorkerLaunch | None:
         """The trace context for the workers ``run_id``'s agent is about to start, chosen by
-        the worker thread once what is queued (the agent's last events) was processed.
+        the event thread once what is queued (the agent's last events) was processed.
 
         Waits at most ``timeout_s``; ``None`` when the bridge has no trace model to ask
         (not started, traces off) or it did not answer in time.
@@ -141,9 +145,9 @@ class OtelHandler(logging.Handler):
         running = self._running()
         if running is None or running[0].closed:
             return None
-        worker, sink = running
+        event_thread, sink = running
         answer: list[WorkerLaunch | None] = []
-        if not worker.call(
+        if not event_thread.call(
             lambda: answer.append(sink.reserve_workers(run_id, local_ranks)), timeout_s
         ):
             return None
@@ -156,7 +160,7 @@ class OtelHandler(logging.Handler):
         return pipeline.logger if self._started and pipeline is not None else None
 
     def observe_spans(self, observer: SpanObserver | None) -> None:
-        """Have ``observer`` see every batch of ended spans, on the worker thread."""
+        """Have ``observer`` see every batch of ended spans, on the event thread."""
         self._span_observer = observer
         running = self._running()
         if running is not None:
@@ -168,11 +172,11 @@ class OtelHandler(logging.Handler):
         return running[1].current_stalls() if running is not None else {}
 
     def _running(self) -> tuple[EventThread, Conversion] | None:
-        """The worker thread and the conversion it feeds, once started."""
-        worker = self._worker
-        if worker is None or not isinstance(worker.sink, Conversion):
+        """The event thread and the conversion it feeds, once started."""
+        event_thread = self._event_thread
+        if event_thread is None or not isinstance(event_thread.sink, Conversion):
             return None
-        return worker, worker.sink
+        return event_thread, event_thread.sink
 
     def all_stats(self) -> dict[str, int]:
         """This handler's counters and its pipeline's delivery counters."""
@@ -186,11 +190,11 @@ class OtelHandler(logging.Handler):
     # --- life cycle -----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Build the pipeline and start the worker (idempotent; called on first event)."""
+        """Build the pipeline and start the event thread (idempotent; called on first event)."""
         with self._start_lock:
             if self._started:
                 return
-            FORK_GUARD.hold_inherited_stacks()  # before the first bridge thread here
+            self.process.fork_guard.hold_inherited_stacks()  # before the first bridge thread here
             with bridge_section():
                 emitter = self._build_pipeline()
             settings = self.settings
@@ -209,11 +213,11 @@ class OtelHandler(logging.Handler):
                 open_span_interval_s=settings.open_span_interval_s,
             )
             conversion.span_observer = self._span_observer
-            self._worker = EventThread(conversion, self.counters, settings.queue_size)
-            self._worker.start()
-            process_exit.EXIT.add(self._exit_step, self.shutdown, self._exit_timeout)
-            process_exit.watch_signals(self.terminate)
-            FORK_GUARD.bridge_running = True
+            self._event_thread = EventThread(conversion, self.counters, settings.queue_size)
+            self._event_thread.start()
+            self.process.exit_path.add(self._exit_step, self.shutdown, self._exit_timeout)
+            self.process.exit_path.watch_signals(self.terminate)
+            self.process.fork_guard.bridge_running = True
             self._started = True
 
     def _build_pipeline(self) -> Emitter | None:
@@ -223,7 +227,9 @@ class OtelHandler(logging.Handler):
             else:
                 from elastic_otel.emit.pipeline import build_pipeline
 
-                self._pipeline = build_pipeline(settings=self.settings)
+                self._pipeline = build_pipeline(
+                    settings=self.settings, gate=self.process.export_gate
+                )
             if self._pipeline is None:
                 return None
             from elastic_otel.emit.emitter import Emitter
@@ -247,12 +253,14 @@ class OtelHandler(logging.Handler):
 
         (``logging.Handler.flush`` returns nothing; ``logging.shutdown`` ignores the result.)
         """
-        worker = self._worker
-        if self._closed or worker is None:
-            return worker is None or worker.closed  # logging.shutdown() flushes after our exit
+        event_thread = self._event_thread
+        if self._closed or event_thread is None:
+            return (
+                event_thread is None or event_thread.closed
+            )  # logging.shutdown() flushes after our exit
         timeout_s = self._exit_timeout if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
-        drained = worker.drain(timeout_s)
+        drained = event_thread.drain(timeout_s)
         if self._pipeline is None:
             return drained
         return self._pipeline.flush(max(0.0, deadline - time.monotonic())) and drained
@@ -272,13 +280,13 @@ class OtelHandler(logging.Handler):
                 running = self._running()
                 if running is None:
                     return
-                worker, sink = running
+                event_thread, sink = running
 
                 def end_open_spans() -> None:
-                    if not worker.closed:  # shutdown got there first: nothing is open
+                    if not event_thread.closed:  # shutdown got there first: nothing is open
                         sink.terminate(reason)
 
-                worker.call(end_open_spans, self._exit_timeout * 0.5)
+                event_thread.call(end_open_spans, self._exit_timeout * 0.5)
                 pipeline = self._pipeline
                 if pipeline is not None and not self._closed:
                     pipeline.flush(max(0.05, deadline - time.monotonic()), stop_on_failure=True)
@@ -290,13 +298,13 @@ class OtelHandler(logging.Handler):
         if self._closed:
             return
         self._closed = True
-        process_exit.EXIT.remove(self._exit_step)  # done here: not again at exit
+        self.process.exit_path.remove(self._exit_step)  # done here: not again at exit
         deadline = time.monotonic() + self._exit_timeout
         with bridge_section():
-            worker = self._worker
-            if worker is not None:
-                worker.close(reason, error, self._exit_timeout * 0.5)
-                worker.stop()
+            event_thread = self._event_thread
+            if event_thread is not None:
+                event_thread.close(reason, error, self._exit_timeout * 0.5)
+                event_thread.stop()
             pipeline = self._pipeline
             if pipeline is None:
                 return
@@ -313,22 +321,21 @@ class OtelHandler(logging.Handler):
                 )
 
 
-# --- the process-wide handler -----------------------------------------------------------------
-
-_lock = threading.Lock()
-_handler: OtelHandler | None = None
+# --- the process's handler ---------------------------------------------------------------------
 
 
 def get_handler(settings: Settings | None = None) -> OtelHandler:
-    """The process-wide bridge handler (created on first use, with ``settings`` or those of the
-    environment then, without starting the SDK)."""
-    global _handler
-    with _lock:
-        if _handler is None:
-            _handler = OtelHandler(settings=settings)
-        return _handler
+    """The process's bridge handler (made on first use, with ``settings`` or those of the
+    environment then, without starting the SDK); held by the process's
+    :class:`~elastic_otel.bridge.process.BridgeProcess`."""
+    process = bridge_process()
+    with process.lock:
+        if not isinstance(process.handler, OtelHandler):
+            process.handler = OtelHandler(settings=settings, process=process)
+        return process.handler
 
 
 def current_handler() -> OtelHandler | None:
-    """The process-wide handler if one was made, without making one."""
-    return _handler
+    """The process's handler if one was made, without making one."""
+    handler = bridge_process().handler
+    return handler if isinstance(handler, OtelHandler) else None

@@ -3,11 +3,12 @@ that arrives while torch blocks in C++.
 
 **One exit path.** Every owner of something to flush at exit (the bridge handler's logs and
 spans, the last export of torchelastic's metrics, a worker's own providers) registers a bounded
-shutdown step on :data:`EXIT`; the steps run together, each on its own daemon thread, within
-one ``ELASTIC_OTEL_EXIT_TIMEOUT`` bound, once. Why: the exit used to run from several hooks
-(the handler's ``atexit``, the metrics' own, the worker's), each with its own bound written
-again; run one after the other they could add up, and which one ran first decided what the
-others could still export. One path, one bound: the exit costs the slowest step, never the sum.
+shutdown step on the process's :class:`ExitPath` (held by
+:class:`elastic_otel.bridge.process.BridgeProcess`); the steps run together, each on its own
+daemon thread, within one ``ELASTIC_OTEL_EXIT_TIMEOUT`` bound, once. Why: hooks of their own,
+each with its bound, would add up when run one after the other, and the first to run would
+decide what the others could still export. One path, one bound: the exit costs the slowest
+step, never the sum.
 
 ``atexit`` runs that path. A SIGTERM with the default disposition would
 kill the process without running ``atexit``, so where nobody handles SIGTERM (plain scripts;
@@ -65,7 +66,7 @@ class ExitPath:
     together (each on its own daemon thread) within one bound, once.
 
     The bound is ``ELASTIC_OTEL_EXIT_TIMEOUT``: every owner passes the value it read
-    (:class:`~elastic_otel.names.settings.Settings`), so they agree; the largest is used. A step
+    (:class:`~elastic_otel.config.settings.Settings`), so they agree; the largest is used. A step
     still running at the bound is abandoned. Steps run at interpreter exit (one ``atexit``
     hook), on an unhandled SIGTERM (see the module docstring), or when :meth:`run` is called.
     """
@@ -74,6 +75,8 @@ class ExitPath:
         self._lock = threading.Lock()
         self._steps: dict[str, tuple[Shutdown, float]] = {}
         self._at_exit = False
+        self._watcher: SignalWatcher | None = None
+        self._watch_lock = threading.Lock()
 
     def add(self, name: str, step: Shutdown, timeout_s: float, sigterm: bool = True) -> None:
         """Run ``step(reason, error)`` on this path (replacing a step of the same ``name``).
@@ -111,9 +114,47 @@ class ExitPath:
         timeout_s = max(timeout for _, timeout in steps)
         return run_bounded([functools.partial(step, reason, error) for step, _ in steps], timeout_s)
 
+    # --- signals that arrive while the main thread is blocked (the module docstring) ---------
 
-EXIT = ExitPath()
-"""The process's exit path."""
+    def watch_signals(self, terminate: Terminate) -> bool:
+        """Call ``terminate(reason)`` on a watcher thread when SIGTERM or SIGINT arrives.
+
+        Arms the signal wakeup fd on first use, from the main thread only, and only when no
+        wakeup fd is set (an event loop's is put back, without full-buffer warnings). ``False``
+        when not watching.
+        """
+        try:
+            with self._watch_lock:
+                watcher = self._watcher
+                if watcher is not None and watcher.pid == os.getpid():
+                    watcher.callbacks.append(terminate)
+                    return True
+                if threading.current_thread() is not threading.main_thread():
+                    return False  # signal.set_wakeup_fd only works on the main thread
+                watcher = _arm()
+                if watcher is None:
+                    return False
+                watcher.callbacks.append(terminate)
+                self._watcher = watcher
+                return True
+        except Exception:  # the host process must never see our failure
+            _logger.debug("elastic-otel: signal watcher not started", exc_info=True)
+            return False
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: drop the parent's watcher (its thread does not exist here, and its
+        socket is shared with the parent, whose watcher would read the child's signals). The
+        child's bridge arms a watcher of its own when it starts again."""
+        self._watch_lock = threading.Lock()  # another thread may have held it at fork
+        watcher = self._watcher
+        if watcher is None or watcher.pid == os.getpid():
+            return
+        self._watcher = None
+        try:
+            _restore_wakeup_fd(watcher.writer.fileno())
+            watcher.close()
+        except Exception:  # never the child's problem
+            _logger.debug("elastic-otel: signal watcher reset after fork failed", exc_info=True)
 
 
 def _install_sigterm(run: Shutdown) -> None:
@@ -178,37 +219,6 @@ class SignalWatcher:
                 sock.close()
 
 
-_watcher: SignalWatcher | None = None
-_watch_lock = threading.Lock()
-
-
-def watch_signals(terminate: Terminate) -> bool:
-    """Call ``terminate(reason)`` on a watcher thread when SIGTERM or SIGINT arrives.
-
-    Arms the signal wakeup fd on first use, from the main thread only, and only when no
-    wakeup fd is set (an event loop's is put back, without full-buffer warnings). ``False``
-    when not watching.
-    """
-    global _watcher
-    try:
-        with _watch_lock:
-            watcher = _watcher
-            if watcher is not None and watcher.pid == os.getpid():
-                watcher.callbacks.append(terminate)
-                return True
-            if threading.current_thread() is not threading.main_thread():
-                return False  # signal.set_wakeup_fd only works on the main thread
-            watcher = _arm()
-            if watcher is None:
-                return False
-            watcher.callbacks.append(terminate)
-            _watcher = watcher
-            return True
-    except Exception:  # the host process must never see our failure
-        _logger.debug("elastic-otel: signal watcher not started", exc_info=True)
-        return False
-
-
 def _arm() -> SignalWatcher | None:
     reader, writer = socket.socketpair()
     watcher = SignalWatcher(reader, writer)
@@ -242,20 +252,3 @@ def _restore_wakeup_fd(ours: int) -> None:
         current = signal.set_wakeup_fd(-1)
         if current not in (-1, ours):
             signal.set_wakeup_fd(current, warn_on_full_buffer=False)
-
-
-def after_fork_in_child() -> None:
-    """In a forked child: drop the parent's watcher (its thread does not exist here, and its
-    socket is shared with the parent, whose watcher would read the child's signals). The
-    child's bridge arms a watcher of its own when it starts again."""
-    global _watcher, _watch_lock
-    _watch_lock = threading.Lock()  # another thread may have held it at fork
-    watcher = _watcher
-    if watcher is None or watcher.pid == os.getpid():
-        return
-    _watcher = None
-    try:
-        _restore_wakeup_fd(watcher.writer.fileno())
-        watcher.close()
-    except Exception:  # never the child's problem
-        _logger.debug("elastic-otel: signal watcher reset after fork failed", exc_info=True)

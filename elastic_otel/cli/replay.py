@@ -39,6 +39,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from elastic_otel.bridge.conversion import Conversion
+from elastic_otel.config import environment
 from elastic_otel.emit.emitter import Emitter
 from elastic_otel.emit.otlp_json import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter
 from elastic_otel.emit.pipeline import Pipeline, build_resource
@@ -355,8 +356,8 @@ class Replayer:
             self.emitter_for(source),
             TraceModel(
                 salt=self.salt,
-                heartbeat_logs=env.env_flag(env.ELASTIC_OTEL_HEARTBEAT_LOGS, True),
-                round_trace_max_nodes=env.env_int(
+                heartbeat_logs=environment.env_flag(env.ELASTIC_OTEL_HEARTBEAT_LOGS, True),
+                round_trace_max_nodes=environment.env_int(
                     env.ELASTIC_OTEL_ROUND_TRACE_MAX_NODES, env.DEFAULT_ROUND_TRACE_MAX_NODES
                 ),
             ),
@@ -462,7 +463,8 @@ def source_resource(base: Resource, source: Source) -> Resource:
 
 
 def default_emitter_factory(logger: Any, span_processor: Any, resource: Resource) -> Callable:
-    signal = env.env_exception_signal()  # exceptions go where the live bridge would put them
+    # exceptions go where the live bridge would put them
+    signal = environment.env_exception_signal()
 
     def make(source: Source) -> Emitter:
         resource_of = source_resource(resource, source)

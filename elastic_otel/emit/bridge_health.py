@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from elastic_otel.emit import counters as S
 from elastic_otel.names import attributes as A
-from elastic_otel.names import counters as S
 
 if TYPE_CHECKING:  # the API is imported when the bridge starts, not when torch loads this
     from opentelemetry.metrics import CallbackOptions, Meter, Observation

@@ -30,7 +30,7 @@ from urllib.parse import unquote
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from elastic_otel.names.counters import DeliveryCounters
+from elastic_otel.emit.counters import DeliveryCounters
 from elastic_otel.names.environment_variables import DEFAULT_RETRY_QUEUE_SIZE
 
 _CHUNK = 512

@@ -31,7 +31,9 @@ E = TypeVar("E")
 
 
 class ExportGate:
-    """Counts the RPCs under way; closes around a fork. One per process (:data:`GATE`)."""
+    """Counts the RPCs under way; closes around a fork. One per process, held by the bridge's
+    process state (:mod:`elastic_otel.bridge.process`) and hooked into ``os.fork`` by its
+    fork guard."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -70,34 +72,32 @@ class ExportGate:
         self._forking = False
 
 
-GATE = ExportGate()
-"""This process's gate: gRPC's state, like fork, is process-wide."""
-
-
 class _GatedStub:
     """An OTLP service stub whose ``Export`` RPC passes the gate."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, gate: ExportGate) -> None:
         self._inner = inner
+        self._gate = gate
 
     def Export(self, *args: Any, **kwargs: Any) -> Any:  # gRPC's method name
-        with GATE.exporting():
+        with self._gate.exporting():
             return self._inner.Export(*args, **kwargs)
 
 
-def gate_grpc_calls(exporter: E) -> E:
+def gate_grpc_calls(exporter: E, gate: ExportGate | None) -> E:
     """Route the RPCs of an OTLP/gRPC exporter (``OTLPExporterMixin``: spans, logs, metrics)
-    through :data:`GATE`, including the stubs it makes when it reconnects; other exporters are
-    returned unchanged. Returns ``exporter``."""
+    through ``gate`` (``None``: no gate), including the stubs it makes when it reconnects;
+    other exporters are returned unchanged. Returns ``exporter``."""
     make_stub: Callable[[Any], Any] | None = getattr(exporter, "_stub", None)
-    if not callable(make_stub) or not hasattr(exporter, "_channel"):
+    if gate is None or not callable(make_stub) or not hasattr(exporter, "_channel"):
         return exporter
+    held: ExportGate = gate
 
     def gated_stub(channel: Any) -> _GatedStub:
-        return _GatedStub(make_stub(channel))
+        return _GatedStub(make_stub(channel), held)
 
     exporter._stub = gated_stub  # type: ignore[attr-defined]
     client = getattr(exporter, "_client", None)
     if client is not None:
-        exporter._client = _GatedStub(client)  # type: ignore[attr-defined]
+        exporter._client = _GatedStub(client, held)  # type: ignore[attr-defined]
     return exporter

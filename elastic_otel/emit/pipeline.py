@@ -14,7 +14,7 @@ its timeout and an export to an unreachable collector retries for ``OTEL_EXPORTE
 (10 s). :meth:`Pipeline.shutdown` bounds the whole flush instead, on helper threads
 (:func:`elastic_otel.emit.bounded.run_bounded`).
 
-Settings come from the caller (:class:`elastic_otel.names.settings.Settings`, read once); the
+Settings come from the caller (:class:`elastic_otel.config.settings.Settings`, read once); the
 standard ``OTEL_*`` names are OpenTelemetry's own constants
 (``opentelemetry.environment_variables``, ``opentelemetry.sdk.environment_variables``).
 """
@@ -49,7 +49,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from elastic_otel.config.settings import Settings
+from elastic_otel.emit import counters as C
 from elastic_otel.emit.bounded import run_bounded
+from elastic_otel.emit.counters import DeliveryCounters
 from elastic_otel.emit.delivery import (
     EXPORT_WARNINGS,
     ExportWarnings,
@@ -58,11 +61,8 @@ from elastic_otel.emit.delivery import (
     SpanOutageBuffer,
     install_export_warnings,
 )
-from elastic_otel.emit.export_gate import gate_grpc_calls
-from elastic_otel.names import counters as C
+from elastic_otel.emit.export_gate import ExportGate, gate_grpc_calls
 from elastic_otel.names.attributes import INSTRUMENTATION_SCOPE
-from elastic_otel.names.counters import DeliveryCounters
-from elastic_otel.names.settings import Settings
 
 if TYPE_CHECKING:  # the metrics SDK is imported when metrics are installed
     from opentelemetry.sdk.metrics import MeterProvider
@@ -145,7 +145,7 @@ def exporter_class(signal: str, name: str) -> Any:
     raise ValueError(f"unknown {signal} exporter {name!r} in {_SIGNAL_ENV[signal]}")
 
 
-def build_meter_provider(resource: Resource) -> MeterProvider:
+def build_meter_provider(resource: Resource, gate: ExportGate | None = None) -> MeterProvider:
     """A ``MeterProvider`` with a reader per ``OTEL_METRICS_EXPORTER`` entry (an exporter gets
     a ``PeriodicExportingMetricReader``: ``OTEL_METRIC_EXPORT_INTERVAL``); shut down by its
     owner within the exit bound, not by the SDK's own exit hook."""
@@ -158,14 +158,14 @@ def build_meter_provider(resource: Resource) -> MeterProvider:
         if isinstance(cls, type) and issubclass(cls, MetricReader):
             readers.append(cls())
         else:
-            readers.append(PeriodicExportingMetricReader(gate_grpc_calls(cls())))
+            readers.append(PeriodicExportingMetricReader(gate_grpc_calls(cls(), gate)))
     return MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
 
 
-def load_exporter(signal: str, name: str) -> Any:
+def load_exporter(signal: str, name: str, gate: ExportGate | None = None) -> Any:
     """Instantiate the exporter registered as ``name`` (it reads its own env configuration),
-    its gRPC calls through the export gate."""
-    return gate_grpc_calls(exporter_class(signal, name)())
+    its gRPC calls through ``gate`` when one is given."""
+    return gate_grpc_calls(exporter_class(signal, name)(), gate)
 
 
 @dataclass
@@ -237,9 +237,12 @@ class Pipeline:
         return taken
 
 
-def build_pipeline(version: str = "", settings: Settings | None = None) -> Pipeline | None:
+def build_pipeline(
+    version: str = "", settings: Settings | None = None, gate: ExportGate | None = None
+) -> Pipeline | None:
     """The pipeline the environment asks for; ``None`` when ``OTEL_SDK_DISABLED=true``.
-    ``settings``: the caller's (default: read now)."""
+    ``settings``: the caller's (default: read now); ``gate``: the process's export gate, which
+    its gRPC exporters' calls pass (``None``: no gate)."""
     if sdk_disabled():
         return None
     app_tracer = trace_api.get_tracer_provider()
@@ -247,7 +250,7 @@ def build_pipeline(version: str = "", settings: Settings | None = None) -> Pipel
     app_span_processor = getattr(app_tracer, "_active_span_processor", None)
     if isinstance(app_tracer, TracerProvider) and app_span_processor is not None:
         return _borrowed(app_tracer, app_logger, app_span_processor, version)
-    return _owned(version, settings or Settings.from_environment())
+    return _owned(version, settings or Settings.from_environment(), gate)
 
 
 def _borrowed(
@@ -265,19 +268,21 @@ def _borrowed(
     return pipeline
 
 
-def _owned(version: str, settings: Settings) -> Pipeline:
+def _owned(version: str, settings: Settings, gate: ExportGate | None) -> Pipeline:
     resource = build_resource()
     delivery = DeliveryCounters()
     buffers: list[OutageBuffer] = []
     retry_size = settings.retry_queue_size
 
     def span_buffer(name: str) -> SpanOutageBuffer:
-        buffer = SpanOutageBuffer(load_exporter("traces", name), delivery, "traces", retry_size)
+        buffer = SpanOutageBuffer(
+            load_exporter("traces", name, gate), delivery, "traces", retry_size
+        )
         buffers.append(buffer)
         return buffer
 
     def log_buffer(name: str) -> LogOutageBuffer:
-        buffer = LogOutageBuffer(load_exporter("logs", name), delivery, "logs", retry_size)
+        buffer = LogOutageBuffer(load_exporter("logs", name, gate), delivery, "logs", retry_size)
         buffers.append(buffer)
         return buffer
 

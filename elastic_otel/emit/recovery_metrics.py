@@ -16,7 +16,7 @@
 The histograms are in seconds. Each point is recorded in the context of its span, so the
 SDK's default exemplar filter (``trace_based``) attaches the round's trace id and the span id
 as an exemplar: a slow recovery on a dashboard opens as its trace. Recorded from ended spans on
-the bridge's worker thread, never on torch's.
+the bridge's event thread, never on torch's.
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import logging
 
+from elastic_otel.config.settings import Settings
 from elastic_otel.integration import torchrun_args
 from elastic_otel.integration.registration import register
-from elastic_otel.names.settings import Settings
 
 _logger = logging.getLogger("elastic_otel")
 

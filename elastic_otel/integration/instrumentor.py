@@ -26,7 +26,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
-from elastic_otel.names.settings import Settings
+from elastic_otel.config.settings import Settings
 
 _logger = logging.getLogger("elastic_otel")
 

@@ -9,14 +9,12 @@ builds no rendezvous event at all while that destination is a ``NullHandler``.
 **One owner.** :func:`register` changes process-wide state of torch's and of this process:
 torch's handler registry (``otel``, ``dynamic_rendezvous``), the rendezvous logger's handlers,
 torch's metric lookup ``getStream`` (in ``torch.distributed.elastic.metrics`` and its ``api``
-module) with the meter provider behind it, six methods of torch's agent classes, and a step of
-the process's exit path. :class:`Bridge` holds all of it, with what it replaced, on the
-instance, and :meth:`Bridge.uninstall` undoes exactly what :meth:`Bridge.install` did, in the
-shape of OpenTelemetry's ``BaseInstrumentor._instrument`` / ``_uninstrument``. Why: that state
-used to live in module globals of five modules, each with its own lock, and :func:`unregister`
-left some of it behind (torch's ``getStream`` stayed wrapped); one owner makes "undo
-everything" a property of one class, and a second :func:`register` after :func:`unregister`
-installs afresh.
+module) with the meter provider behind it, the methods of torch's agent classes, and a step of
+the process's exit path. :class:`Registration` holds all of it, with what it replaced, on the
+instance, and :meth:`Registration.uninstall` undoes exactly what :meth:`Registration.install`
+did, in the shape of OpenTelemetry's ``BaseInstrumentor._instrument`` / ``_uninstrument``.
+Why: one owner makes "undo everything" a property of one class, and a second :func:`register`
+after :func:`unregister` installs afresh.
 
 The bridge handler itself keeps running after :func:`unregister` (it is the process's, see
 :func:`elastic_otel.bridge.handler.get_handler`; its exit step stays on the exit path so that
@@ -29,9 +27,9 @@ import logging
 import threading
 
 from elastic_otel.bridge.handler import OtelHandler, get_handler
+from elastic_otel.config.settings import Settings
 from elastic_otel.integration import agent_instrumentation
 from elastic_otel.integration import torch_metrics as metrics
-from elastic_otel.names.settings import Settings
 from elastic_otel.names.torch_names import DESTINATION, RDZV_DESTINATION, TORCH_EVENT_LOGGER_PREFIX
 
 _lock = threading.RLock()
@@ -47,11 +45,11 @@ def _event_logger(destination: str) -> logging.Logger:
     return logging.getLogger(TORCH_EVENT_LOGGER_PREFIX + destination)
 
 
-class Bridge:
+class Registration:
     """What :func:`register` changed in this process, and how to put it back.
 
     ``handler``: the bridge handler torch's destinations are routed to; its settings are the
-    Bridge's (read once, when the handler was made).
+    registration's (read once, when the handler was made).
     """
 
     def __init__(
@@ -63,7 +61,7 @@ class Bridge:
         self.settings: Settings = handler.settings
         self.agent = agent
         self._lock = threading.RLock()
-        # torch's registry entries this Bridge replaced: destination → what was there (None:
+        # torch's registry entries this registration replaced: destination → what was there (None:
         # nothing was), to put back while the entry is still ours.
         self.replaced: dict[str, logging.Handler | None] = {}
         self.rendezvous_logger: logging.Logger | None = None  # the bridge was added to it
@@ -156,14 +154,14 @@ class Bridge:
             self.rendezvous_logger = None
 
 
-# --- the process's Bridge -------------------------------------------------------------------------
+# --- the process's registration ------------------------------------------------------------
 
-_bridge: Bridge | None = None
+_registration: Registration | None = None
 
 
-def current_bridge() -> Bridge | None:
-    """The process's Bridge, if :func:`register` made one."""
-    return _bridge
+def current_registration() -> Registration | None:
+    """The process's :class:`Registration`, if :func:`register` made one."""
+    return _registration
 
 
 def register(
@@ -178,15 +176,15 @@ def register(
     instruments torch's elastic agent (:mod:`elastic_otel.integration.agent_instrumentation`).
     ``settings``: for the process's handler if it is made now (default: the environment's).
     """
-    global _bridge
+    global _registration
     with _lock:
         handler = get_handler(settings)
-        if _bridge is not None and _bridge.handler is not handler:
-            _bridge.uninstall()  # the process's handler was replaced (tests do): start over
-            _bridge = None
-        if _bridge is None:
-            _bridge = Bridge(handler)
-        return _bridge.install(route_rendezvous, start)
+        if _registration is not None and _registration.handler is not handler:
+            _registration.uninstall()  # the process's handler was replaced (tests do): start over
+            _registration = None
+        if _registration is None:
+            _registration = Registration(handler)
+        return _registration.install(route_rendezvous, start)
 
 
 def rendezvous_routed(handler: logging.Handler) -> bool:
@@ -201,8 +199,8 @@ def rendezvous_routed(handler: logging.Handler) -> bool:
 
 def unregister() -> None:
     """Undo :func:`register`: torch's own handlers, metric lookup and agent methods are put
-    back (:meth:`Bridge.uninstall`); the handler keeps running."""
+    back (:meth:`Registration.uninstall`); the handler keeps running."""
     with _lock:
-        bridge = _bridge
-    if bridge is not None:
-        bridge.uninstall()
+        registration = _registration
+    if registration is not None:
+        registration.uninstall()

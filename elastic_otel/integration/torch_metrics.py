@@ -41,33 +41,36 @@ bound (no ``atexit`` hook of its own).
 **What it needs, explicitly.** A :class:`TorchMetrics` is given the bridge handler whose
 counters and recovery spans it reports and the settings it uses; nothing is looked up in a
 process-wide slot that may or may not be filled yet. The
-:class:`~elastic_otel.integration.registration.Bridge` makes and holds it.
+:class:`~elastic_otel.integration.registration.Registration` makes and holds it. Which
+installation is in effect is kept where the process-wide state is: on the lookup it put in
+torch's modules.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from elastic_otel.bridge import process_exit
+from elastic_otel.bridge.process import bridge_process
+from elastic_otel.config.settings import Settings
 from elastic_otel.emit import bridge_health, goodput_metrics, straggler_metrics
 from elastic_otel.emit.bounded import run_bounded
 from elastic_otel.emit.recovery_metrics import RecoveryMetrics
 from elastic_otel.integration import torchrun_args
-from elastic_otel.integration.goodput import GOODPUT
-from elastic_otel.integration.training_watch import WATCH
 from elastic_otel.model.stalls import TRAINING
 from elastic_otel.names import attributes as A
-from elastic_otel.names.settings import Settings
 
 if TYPE_CHECKING:  # the SDK is imported when metrics are installed, not when torch loads this
     from opentelemetry.metrics import Meter
     from opentelemetry.sdk.metrics import MeterProvider
 
     from elastic_otel.bridge.handler import OtelHandler
+    from elastic_otel.integration.goodput import GoodputWatch
+    from elastic_otel.integration.training_watch import TrainingWatch
 
 try:  # torch is optional for the package; the handler is a MetricHandler where it exists.
     from torch.distributed.elastic.metrics.api import MetricHandler as _MetricHandlerBase
@@ -186,18 +189,16 @@ class _TeeHandler(_MetricHandlerBase):
 
 # --- run id -----------------------------------------------------------------------------------
 
-_run_id: str | None = None
-
 
 def set_run_id(run_id: str) -> None:
     """The rendezvous run id to put on every data point (the traced rendezvous sets it)."""
-    global _run_id
-    _run_id = run_id or None
+    bridge_process().run_id = run_id or None
 
 
 def current_run_id() -> str | None:
     """:func:`set_run_id`'s value, else torchrun's ``--rdzv-id`` (not with ``--standalone``)."""
-    return _run_id if _run_id is not None else torchrun_args.rdzv_run_id()
+    run_id = bridge_process().run_id
+    return run_id if run_id is not None else torchrun_args.rdzv_run_id()
 
 
 # --- installation ------------------------------------------------------------------------------
@@ -206,11 +207,11 @@ def current_run_id() -> str | None:
 class TorchMetrics:
     """One installation: torch's metric lookup wrapped in both of its modules, the handler on
     a meter, the provider (built here and owned, or the application's), and the last export as
-    a step of the process's exit path (:data:`elastic_otel.bridge.process_exit.EXIT`).
+    a step of the process's exit path (:mod:`elastic_otel.bridge.process_exit`).
 
-    ``bridge``: the bridge handler whose counters, stalls and recovery spans are reported
+    ``handler``: the bridge handler whose counters, stalls and recovery spans are reported
     beside torch's metrics (``None``: torch's metrics only). ``settings``: default, the
-    bridge's, else read now. :meth:`install` and :meth:`uninstall` are symmetric, in the shape
+    handler's, else read now. :meth:`install` and :meth:`uninstall` are symmetric, in the shape
     of OpenTelemetry's ``BaseInstrumentor._instrument`` / ``_uninstrument``, with the state
     on the instance; torch's lookup is process-wide, so one installation is in effect at a
     time (:func:`installed`).
@@ -218,15 +219,19 @@ class TorchMetrics:
 
     def __init__(
         self,
-        bridge: OtelHandler | None = None,
+        handler: OtelHandler | None = None,
         settings: Settings | None = None,
         meter_provider: MeterProvider | None = None,
+        watch: TrainingWatch | None = None,
+        goodput: GoodputWatch | None = None,
     ) -> None:
-        self.bridge = bridge
+        self.handler = handler
+        self.watch = watch  # the agent's training watch: stalls, straggler scores
+        self.goodput = goodput  # the agent's goodput accounting
         if settings is None:
-            settings = bridge.settings if bridge is not None else Settings.from_environment()
+            settings = handler.settings if handler is not None else Settings.from_environment()
         self.settings = settings
-        self.handler: OtelMetricHandler | None = None
+        self.metric_handler: OtelMetricHandler | None = None
         self.provider: MeterProvider | None = meter_provider
         self.owned = False
         self.closed = False
@@ -243,17 +248,17 @@ class TorchMetrics:
         """Wrap torch's lookup and start reporting (idempotent); ``False`` when metrics are
         off, torch's metrics API is missing, set-up failed, or another installation is in
         effect."""
-        global _current
         if self.closed or not self.enabled():
             return False
         with _lock:
-            if _current is not None:
-                return _current is self
             try:
                 from torch.distributed.elastic import metrics as torch_metrics
                 from torch.distributed.elastic.metrics import api as torch_metrics_api
             except ImportError:
                 return False
+            current = installed()
+            if current is not None:
+                return current is self
             try:
                 if self.provider is None:
                     self.provider, self.owned = _provider()
@@ -263,46 +268,47 @@ class TorchMetrics:
             from elastic_otel.version import __version__
 
             meter = self.provider.get_meter("elastic_otel", __version__)
-            handler = self.handler = OtelMetricHandler(meter)
-            bridge = self.bridge
-            if bridge is not None:
+            metric_handler = self.metric_handler = OtelMetricHandler(meter)
+            if self.handler is not None:
                 try:
                     bridge_health.observe(meter, self._bridge_stats, self._current_stalls)
-                    bridge.observe_spans(RecoveryMetrics(meter).record_spans)
-                    if self.settings.goodput:
-                        goodput_metrics.observe(meter, GOODPUT.points)
-                    if self.settings.straggler_window_s > 0:
-                        straggler_metrics.observe(meter, WATCH.straggler_scores)
+                    self.handler.observe_spans(RecoveryMetrics(meter).record_spans)
+                    if self.settings.goodput and self.goodput is not None:
+                        goodput_metrics.observe(meter, self.goodput.points)
+                    if self.settings.straggler_window_s > 0 and self.watch is not None:
+                        straggler_metrics.observe(meter, self.watch.straggler_scores)
                 except Exception as e:  # the bridge's own counters stay in elastic_otel.stats()
                     _logger.warning("elastic-otel: bridge counters not reported as metrics: %s", e)
             original = torch_metrics_api.getStream
 
             def get_stream(group: str) -> Any:
                 stream = original(group)
-                return torch_metrics_api.MetricStream(group, _TeeHandler(handler, stream.handler))
+                return torch_metrics_api.MetricStream(
+                    group, _TeeHandler(metric_handler, stream.handler)
+                )
 
+            setattr(get_stream, _INSTALLATION, self)
             for module in (torch_metrics_api, torch_metrics):
                 self.originals[module] = getattr(module, "getStream")  # noqa: B009
                 setattr(module, "getStream", get_stream)  # noqa: B010
-            _current = self
         if self.owned:  # an application's provider is the application's to flush at exit
-            process_exit.EXIT.add(self._exit_step, self.last_export, self.settings.exit_timeout_s)
+            bridge_process().exit_path.add(
+                self._exit_step, self.last_export, self.settings.exit_timeout_s
+            )
         return True
 
     def uninstall(self) -> None:
         """Put torch's lookup back, stop observing the bridge, and export once more (a provider
         built here is shut down), bounded by the exit timeout."""
-        global _current
         with _lock:
-            if _current is not self:
+            if installed() is not self:
                 return
-            _current = None
             for module, original in self.originals.items():
                 module.getStream = original
             self.originals.clear()
-        if self.bridge is not None:
-            self.bridge.observe_spans(None)
-        process_exit.EXIT.remove(self._exit_step)
+        if self.handler is not None:
+            self.handler.observe_spans(None)
+        bridge_process().exit_path.remove(self._exit_step)
         self.last_export()
 
     def flush(self, timeout_s: float | None = None) -> bool:
@@ -336,24 +342,27 @@ class TorchMetrics:
 
     def _current_stalls(self) -> dict[str, float]:
         """The bridge's stalls (its trace model's waits) and the agent's training stall."""
-        bridge = self.bridge
-        if bridge is None or self.closed:
+        handler = self.handler
+        if handler is None or self.closed:
             return {}
-        return {**bridge.current_stalls(), TRAINING: WATCH.current}
+        training = self.watch.current if self.watch is not None else 0.0
+        return {**handler.current_stalls(), TRAINING: training}
 
     def _bridge_stats(self) -> dict[str, int] | None:
-        bridge = self.bridge
-        return bridge.all_stats() if bridge is not None and not self.closed else None
+        handler = self.handler
+        return handler.all_stats() if handler is not None and not self.closed else None
 
 
 _lock = threading.RLock()
-_current: TorchMetrics | None = None
-"""The installation whose lookup is in effect (torch's lookup is process-wide)."""
+_INSTALLATION = "_elastic_otel_installation"
+"""The attribute of the lookup an installation puts in torch's modules that names it."""
 
 
 def installed() -> TorchMetrics | None:
-    """The installation in effect, if any."""
-    return _current
+    """The installation whose lookup is in effect in torch's modules, if any."""
+    api = sys.modules.get("torch.distributed.elastic.metrics.api")
+    installation = getattr(getattr(api, "getStream", None), _INSTALLATION, None)
+    return installation if isinstance(installation, TorchMetrics) else None
 
 
 def enabled(settings: Settings | None = None) -> bool:
@@ -363,38 +372,38 @@ def enabled(settings: Settings | None = None) -> bool:
 
 def install(
     meter_provider: MeterProvider | None = None,
-    bridge: OtelHandler | None = None,
+    handler: OtelHandler | None = None,
     settings: Settings | None = None,
 ) -> OtelMetricHandler | None:
     """Report torchelastic's metrics as OTel metrics (idempotent; see the module docstring):
     a :class:`TorchMetrics` installed, unless one is in effect already.
 
     ``meter_provider`` defaults to the application's SDK ``MeterProvider``, else one built from
-    the environment; ``bridge``: the bridge handler to report beside them (``None``: none).
-    Returns the handler, or ``None`` when metrics are disabled or torch's metrics API is
+    the environment; ``handler``: the bridge handler to report beside them (``None``: none).
+    Returns the metric handler, or ``None`` when metrics are disabled or torch's metrics API is
     missing.
     """
     with _lock:
-        installation = _current or TorchMetrics(bridge, settings, meter_provider)
-        return installation.handler if installation.install() else None
+        installation = installed() or TorchMetrics(handler, settings, meter_provider)
+        return installation.metric_handler if installation.install() else None
 
 
 def uninstall() -> None:
     """Undo the installation in effect (:meth:`TorchMetrics.uninstall`)."""
-    installation = _current
+    installation = installed()
     if installation is not None:
         installation.uninstall()
 
 
 def installed_handler() -> OtelMetricHandler | None:
-    """The installed handler, if any (for other parts of the bridge to record on)."""
-    installation = _current
-    return installation.handler if installation is not None else None
+    """The installed metric handler, if any (for other parts of the bridge to record on)."""
+    installation = installed()
+    return installation.metric_handler if installation is not None else None
 
 
 def flush(timeout_s: float | None = None) -> bool:
     """Collect and export now; ``True`` when done within ``timeout_s``."""
-    installation = _current
+    installation = installed()
     return True if installation is None else installation.flush(timeout_s)
 
 
@@ -407,4 +416,4 @@ def _provider() -> tuple[MeterProvider, bool]:
     app = metrics_api.get_meter_provider()
     if isinstance(app, MeterProvider):
         return app, False
-    return build_meter_provider(build_resource()), True
+    return build_meter_provider(build_resource(), bridge_process().export_gate), True

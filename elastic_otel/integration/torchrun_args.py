@@ -11,6 +11,7 @@ while torch is still importing, before its parser can be imported.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from typing import NoReturn
@@ -20,20 +21,14 @@ from elastic_otel.names.torch_names import DESTINATION
 
 _TORCHRUN_PROGRAMS = frozenset({"torchrun", "run.py", "launch.py"})
 _EVENT_LOG_HANDLER_FLAGS = frozenset({"--event-log-handler", "--event_log_handler"})
-_cache: tuple[tuple[str, ...], argparse.Namespace | None] | None = None
 
 
 def torchrun_arguments() -> argparse.Namespace | None:
     """This process's torchrun arguments, or ``None`` when it is not torchrun."""
-    global _cache
-    argv = tuple(sys.argv)
-    if _cache is not None and _cache[0] == argv:
-        return _cache[1]
-    args = _parse(argv)
-    _cache = (argv, args)
-    return args
+    return _parse(tuple(sys.argv))
 
 
+@functools.lru_cache(maxsize=1)  # parsed once per command line
 def _parse(argv: tuple[str, ...]) -> argparse.Namespace | None:
     if os.path.basename(argv[0] if argv else "") not in _TORCHRUN_PROGRAMS:
         return None

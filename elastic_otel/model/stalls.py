@@ -10,7 +10,7 @@ keeps the longest current wait per kind for the ``torchelastic.stalled.seconds``
 
 The seam: the rendezvous and agent models only list what waits now (their ``waits()``, each
 with the context only it knows); when a wait is due, and what its report says, is decided
-here, once for every kind. Pure: no SDK, no torch, no clock of its own (the worker thread
+here, once for every kind. Pure: no SDK, no torch, no clock of its own (the event thread
 passes the time in).
 """
 

@@ -33,6 +33,7 @@ import threading
 import time
 from typing import Any
 
+from elastic_otel.config.environment import env_flag, env_float
 from elastic_otel.names.environment_variables import (
     DEFAULT_STALL_AFTER_S,
     DEFAULT_STRAGGLER_WINDOW_S,
@@ -42,8 +43,6 @@ from elastic_otel.names.environment_variables import (
     WORKER_COLLECTIVES_FILE,
     WORKER_FLIGHT_RECORDER_FILE,
     WORKER_REQUESTS_FIFO,
-    env_flag,
-    env_float,
 )
 from elastic_otel.parsing.collectives import MAX_ARRIVALS, op_name, poll_period
 

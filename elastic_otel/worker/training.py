@@ -38,10 +38,11 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from elastic_otel.bridge import process_exit
+from elastic_otel.bridge.process import bridge_process
+from elastic_otel.config import environment
+from elastic_otel.config.settings import Settings
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
-from elastic_otel.names.settings import Settings
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
 _lock = threading.Lock()
-_first_step_marked = False
+_first_step = threading.Event()  # set by the first mark: only that one counts
 
 
 def worker_context(environ: Mapping[str, str] | None = None) -> Context:
@@ -72,18 +73,17 @@ def mark_first_step(
     """Mark this worker's first training step (see the module docstring); only the first
     call in a process counts (``True`` when it was this one). The global providers are
     used unless others are given."""
-    global _first_step_marked
     with _lock:
-        if _first_step_marked:
+        if _first_step.is_set():
             return False
-        _first_step_marked = True
+        _first_step.set()
     from opentelemetry import metrics, trace
 
     from elastic_otel.emit.recovery_metrics import RecoveryMetrics
     from elastic_otel.version import __version__
 
     now = time.time_ns()
-    started = max(0, env.env_int(env.ELASTIC_OTEL_WORKER_START_UNIX_NANO, 0)) or now
+    started = max(0, environment.env_int(env.ELASTIC_OTEL_WORKER_START_UNIX_NANO, 0)) or now
     cause = os.environ.get(env.ELASTIC_OTEL_RECOVERY_CAUSE, "")
     attrs: dict[str, Any] = {A.RECOVERY_CAUSE: cause} if cause else {}
     tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(
@@ -93,7 +93,7 @@ def mark_first_step(
         A.SPAN_WORKER_FIRST_STEP, worker_context(), attributes=attrs, start_time=min(started, now)
     )
     span.end(end_time=now)
-    recovery_start = max(0, env.env_int(env.ELASTIC_OTEL_RECOVERY_START_UNIX_NANO, 0))
+    recovery_start = max(0, environment.env_int(env.ELASTIC_OTEL_RECOVERY_START_UNIX_NANO, 0))
     if cause and recovery_start and os.environ.get("LOCAL_RANK", "0") == "0":
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(
             A.INSTRUMENTATION_SCOPE, __version__
@@ -125,7 +125,7 @@ class WorkerTelemetry:
         """Flush and stop the providers built here, within ``ELASTIC_OTEL_EXIT_TIMEOUT``."""
         from elastic_otel.emit.bounded import run_bounded
 
-        process_exit.EXIT.remove(self.exit_step)
+        bridge_process().exit_path.remove(self.exit_step)
         providers, self.providers = self.providers, []
         return run_bounded([p.shutdown for p in providers], self.timeout_s)
 
@@ -152,22 +152,27 @@ def start_worker_telemetry(attach: bool = True) -> WorkerTelemetry:
     )
 
     owned: list[Any] = []
+    gate = bridge_process().export_gate
     resource = build_resource(_worker_resource())
     if not isinstance(trace.get_tracer_provider(), TracerProvider):
         tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         for name in exporter_names("traces"):
-            tracer_provider.add_span_processor(BatchSpanProcessor(load_exporter("traces", name)))
+            tracer_provider.add_span_processor(
+                BatchSpanProcessor(load_exporter("traces", name, gate))
+            )
         trace.set_tracer_provider(tracer_provider)
         owned.append(tracer_provider)
     if not isinstance(metrics.get_meter_provider(), MeterProvider):
-        meter_provider = build_meter_provider(resource)
+        meter_provider = build_meter_provider(resource, gate)
         metrics.set_meter_provider(meter_provider)
         owned.append(meter_provider)
     if attach:
         context.attach(worker_context())
     timeout_s = Settings.from_environment().exit_timeout_s
     telemetry = WorkerTelemetry(owned, timeout_s)
-    process_exit.EXIT.add(telemetry.exit_step, telemetry._at_exit, timeout_s, sigterm=False)
+    bridge_process().exit_path.add(
+        telemetry.exit_step, telemetry._at_exit, timeout_s, sigterm=False
+    )
     return telemetry
 
 

@@ -136,10 +136,11 @@ def test_without_the_guard_the_reproduction_hangs() -> None:
 
 THREAD_IDS_AFTER_FORK = """
 import ctypes, json, os, sys, threading, time
-from elastic_otel.bridge.fork_safety import GUARD
+from elastic_otel.bridge.process import bridge_process
+guard = bridge_process().fork_guard
 if sys.argv[1] == "on":
-    GUARD.watch()
-    GUARD.bridge_running = True
+    guard.watch()
+    guard.bridge_running = True
 stop = threading.Event()
 parents = [threading.Thread(target=stop.wait, daemon=True) for _ in range(12)]
 for t in parents:

@@ -12,9 +12,9 @@ from torch.distributed.elastic import metrics as torch_metrics
 from torch.distributed.elastic.metrics import api as torch_metrics_api
 
 from elastic_otel.emit import bridge_health as bridge_metrics
+from elastic_otel.emit import counters
 from elastic_otel.integration import torch_metrics as metrics
 from elastic_otel.names import attributes as A
-from elastic_otel.names import counters
 from tests.support.jobs import job_env, start_agent
 from tests.support.otlp_receiver import OtlpReceiver, free_port
 

@@ -277,7 +277,7 @@ def test_unregister_puts_back_everything_register_changed_and_register_works_aga
         from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
         from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
         import elastic_otel
-        from elastic_otel.bridge.process_exit import EXIT
+        from elastic_otel.bridge.process import bridge_process
         from elastic_otel.integration import torch_metrics as metrics
 
         # torch's rendezvous logger exists (cached with its NullHandler) before register()
@@ -295,7 +295,11 @@ def test_unregister_puts_back_everything_register_changed_and_register_works_aga
                     "torchelastic-events-dynamic_rendezvous").handlers),
                 "getStream": (torch_metrics.getStream, torch_metrics_api.getStream),
                 "agent": [cls.__dict__[name] for cls, name in METHODS],
-                "metrics_exit": [s for s in EXIT.steps() if s.startswith("torchelastic")],
+                "metrics_exit": [
+                    s
+                    for s in bridge_process().exit_path.steps()
+                    if s.startswith("torchelastic")
+                ],
             }
 
         def changed(before, after):

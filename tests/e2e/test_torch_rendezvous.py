@@ -32,8 +32,8 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
 )
 
 import elastic_otel
-from elastic_otel.bridge import handler as handler_module
 from elastic_otel.bridge.handler import OtelHandler
+from elastic_otel.bridge.process import bridge_process
 from elastic_otel.integration import registration
 from elastic_otel.names import attributes as A
 from tests.support.helpers import attr
@@ -73,8 +73,8 @@ def _isolated_torch_events(monkeypatch: pytest.MonkeyPatch) -> None:
     torch_logger = logging.getLogger(TORCH_LOGGER)
     monkeypatch.setattr(torch_logger, "handlers", [])
     monkeypatch.setattr(torch_logger, "propagate", True)
-    monkeypatch.setattr(registration, "_bridge", None)
-    monkeypatch.setattr(handler_module, "_handler", None)
+    monkeypatch.setattr(registration, "_registration", None)
+    monkeypatch.setattr(bridge_process(), "handler", None)
     assert type(torch_handlers.get_logging_handler(RDZV)) is logging.NullHandler
 
 
@@ -94,7 +94,7 @@ def bridge(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
     monkeypatch.setenv("ELASTIC_OTEL_JOB_ID", "test-torch-rendezvous")
     handler = OtelHandler()
-    monkeypatch.setattr(handler_module, "_handler", handler)
+    monkeypatch.setattr(bridge_process(), "handler", handler)
     assert elastic_otel.register() is handler
     assert torch_handlers.get_logging_handler(RDZV) is handler
     try:

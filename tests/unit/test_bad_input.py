@@ -2,7 +2,7 @@
 
 A flagged record carries ``torchelastic.unparsed`` true, ``torchelastic.parse_error`` (why)
 and ``torchelastic.raw`` (the original text cut to ``ELASTIC_OTEL_RAW_LIMIT``, default 4096).
-Never an exception out of ``emit``, never a dead worker thread, never a traceback printed per
+Never an exception out of ``emit``, never a dead event thread, never a traceback printed per
 record, and the next valid event is still converted.
 
 The corpus lives in ``tests/data/nasty/``, one case per file, named ``<expect>--<what>.<ext>``:
@@ -538,7 +538,8 @@ def test_bad_input_through_the_handler(
         window = (before, time.time_ns())
         logger.info(valid_event())
         handler.flush(5)
-        assert handler._worker is not None and handler._worker.thread_alive, "worker died"
+        event_thread = handler._event_thread
+        assert event_thread is not None and event_thread.thread_alive, "event thread died"
         handler.shutdown()
 
     valid, others = split_valid(grpc_receiver)
@@ -594,7 +595,7 @@ over these megabytes takes minutes, holding the GIL, i.e. freezing every thread 
 def test_megabyte_messages_do_not_hang_the_parser(tmp_path: Path) -> None:
     """Messages that make the parser's regular expressions backtrack, parsed in child processes.
 
-    The worker thread holds the GIL while a regular expression runs, so a parse that takes
+    The event thread holds the GIL while a regular expression runs, so a parse that takes
     minutes stalls torch's own threads too (including the one calling ``emit``).
     """
     inputs = {
@@ -672,7 +673,7 @@ def emit_and_encode_log(event: ElasticEvent, trace_id: int = 0, span_id: int = 0
 
 
 def convert(payload: object) -> Any:
-    """parse_event → to_log → Emitter.emit_log → encode_logs, as the worker thread does."""
+    """parse_event → to_log → Emitter.emit_log → encode_logs, as the event thread does."""
     event = parse_event(payload, CREATED_NS)
     assert isinstance(event, ElasticEvent)
     model = to_log(event)
@@ -1142,10 +1143,10 @@ def test_a_number_past_pythons_digit_limit_is_a_bad_field_not_bad_json() -> None
     # in the agent's nested metadata JSON too: the other per-worker values are kept
     nested = f'{{"worker_pid": [{digits}], "exit_code": [1]}}'
     payload = {"name": "torchelastic.worker.status.FAILED", "source": "WORKER"}
-    worker = parse_event(json.dumps(payload | {"metadata": {"metadata": nested}}), 1)
-    assert worker.kind is EventKind.WORKER and worker.pid is None
-    assert worker.attributes[A.EXIT_CODE] == 1
-    assert worker.attributes[A.INVALID_PREFIX + "worker_pid"] == digits[:256]
+    event_thread = parse_event(json.dumps(payload | {"metadata": {"metadata": nested}}), 1)
+    assert event_thread.kind is EventKind.WORKER and event_thread.pid is None
+    assert event_thread.attributes[A.EXIT_CODE] == 1
+    assert event_thread.attributes[A.INVALID_PREFIX + "worker_pid"] == digits[:256]
 
 
 def rdzv_object(**changes: Any) -> FakeRdzvEvent:

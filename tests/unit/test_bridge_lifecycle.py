@@ -62,7 +62,8 @@ def _run(code: str, tmp_path: Path, timeout: float = 60) -> subprocess.Completed
 
 STEPS = textwrap.dedent("""
     import sys, threading, time
-    from elastic_otel.bridge.process_exit import EXIT
+    from elastic_otel.bridge.process import bridge_process
+    exit_path = bridge_process().exit_path
     out = open(sys.argv[0] + ".out", "a")
     def step(name):
         def run(reason, error):
@@ -70,9 +71,9 @@ STEPS = textwrap.dedent("""
             if name == "stuck":
                 threading.Event().wait()  # never returns: abandoned at the bound
         return run
-    EXIT.add("a", step("a"), 1.0)
-    EXIT.add("stuck", step("stuck"), 1.0)
-    EXIT.add("b", step("b"), 1.0, sigterm=False)
+    exit_path.add("a", step("a"), 1.0)
+    exit_path.add("stuck", step("stuck"), 1.0)
+    exit_path.add("b", step("b"), 1.0, sigterm=False)
 """)
 
 

@@ -25,6 +25,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from elastic_otel.emit.counters import DeliveryCounters
 from elastic_otel.emit.delivery import (
     _CHUNK,
     ExportWarnings,
@@ -32,7 +33,6 @@ from elastic_otel.emit.delivery import (
     OutageBuffer,
     SpanOutageBuffer,
 )
-from elastic_otel.names.counters import DeliveryCounters
 
 _RESOURCE = Resource.create({"service.name": "delivery-test"})
 

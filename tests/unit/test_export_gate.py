@@ -11,13 +11,14 @@ from elastic_otel.emit.export_gate import FORK_WAIT_S
 
 FORK_DURING_AN_EXPORT = """
 import os, sys, threading, time
-from elastic_otel.emit.export_gate import GATE
-os.register_at_fork(before=GATE.before_fork, after_in_parent=GATE.after_fork_in_parent,
-                    after_in_child=GATE.after_fork_in_child)
+from elastic_otel.emit.export_gate import ExportGate
+gate = ExportGate()
+os.register_at_fork(before=gate.before_fork, after_in_parent=gate.after_fork_in_parent,
+                    after_in_child=gate.after_fork_in_child)
 order = []
 entered = threading.Event()
 def export():
-    with GATE.exporting():
+    with gate.exporting():
         entered.set()
         time.sleep(float(sys.argv[1]))
         order.append("export returned")
@@ -26,12 +27,12 @@ thread.start()
 entered.wait()
 pid = os.fork()
 if pid == 0:
-    with GATE.exporting():  # open in the child, whose exporting thread does not exist
+    with gate.exporting():  # open in the child, whose exporting thread does not exist
         os._exit(0)
 order.append("forked")
 assert os.waitpid(pid, 0)[1] == 0
 thread.join()
-print(" then ".join(order), GATE.forks_waited_out, sep="|")
+print(" then ".join(order), gate.forks_waited_out, sep="|")
 """
 
 
@@ -62,23 +63,26 @@ def test_an_otlp_grpc_exporters_rpcs_pass_the_gate_also_after_it_reconnects() ->
 
     from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 
-    from elastic_otel.emit.export_gate import GATE, gate_grpc_calls
+    from elastic_otel.emit.export_gate import ExportGate, gate_grpc_calls
     from tests.support.otlp_receiver import OtlpReceiver, free_port
 
-    dead = gate_grpc_calls(OTLPLogExporter(endpoint=f"http://127.0.0.1:{free_port()}", timeout=1))
+    gate = ExportGate()
+    dead = gate_grpc_calls(
+        OTLPLogExporter(endpoint=f"http://127.0.0.1:{free_port()}", timeout=1), gate
+    )
     dead.export([])  # refused: UNAVAILABLE, a new channel and stub
     assert type(dead._client).__name__ == "_GatedStub"
 
     with OtlpReceiver("grpc") as receiver:
-        exporter = gate_grpc_calls(OTLPLogExporter(endpoint=receiver.endpoint, insecure=True))
+        exporter = gate_grpc_calls(OTLPLogExporter(endpoint=receiver.endpoint, insecure=True), gate)
         exported = threading.Event()
-        GATE.before_fork()  # nothing under way: closes at once
+        gate.before_fork()  # nothing under way: closes at once
         try:
             thread = threading.Thread(target=lambda: (exporter.export([]), exported.set()))
             thread.start()
             assert not exported.wait(FORK_WAIT_S), "an RPC started while the gate was closed"
         finally:
-            GATE.after_fork_in_parent()
+            gate.after_fork_in_parent()
         assert exported.wait(30)
         thread.join()
         exporter.shutdown()

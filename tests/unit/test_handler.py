@@ -6,8 +6,9 @@ in the bridge's own outage buffers, as :func:`elastic_otel.emit.pipeline.build_p
 OTLP exporters. Events are real ones, captured from a torchrun job (tests/data), fed the way
 torch feeds them: ``logger.info(event.serialize())`` on torch's event logger.
 
-To hold the worker at a known point, the log exporter can be closed like a gate: the worker
-then blocks inside an export, as it would on a slow collector with a synchronous processor.
+To hold the event thread at a known point, the log exporter can be closed like a gate: the
+event thread then blocks inside an export, as it would on a slow collector with a synchronous
+processor.
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from torch.distributed.elastic.events import Event, EventSource
 
 from elastic_otel.bridge.handler import OtelHandler
+from elastic_otel.config import environment
+from elastic_otel.emit import counters
+from elastic_otel.emit.counters import DeliveryCounters
 from elastic_otel.emit.delivery import LogOutageBuffer, SpanOutageBuffer
 from elastic_otel.emit.pipeline import Pipeline
 from elastic_otel.integration import activation
 from elastic_otel.names import attributes as A
-from elastic_otel.names import counters
 from elastic_otel.names import environment_variables as env
-from elastic_otel.names.counters import DeliveryCounters
 from tests.support.fixtures import captured_events
 
 EVENTS = [payload for _, payload in captured_events("restart_node0.tsv")]
@@ -50,7 +52,7 @@ JOINED = 6
 keep-alive (EVENTS[KEEP_ALIVE]) releases exactly one log record."""
 KEEP_ALIVE = 2
 GATE_S = 10.0
-"""How long a closed gate holds the worker at most (a hung test fails instead of hanging)."""
+"""How long a closed gate holds the event thread at most (a hung test fails instead of hanging)."""
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0, what: str = "") -> None:
@@ -189,13 +191,13 @@ def test_emit_only_queues_the_worker_processes_and_flush_exports(
 ) -> None:
     handler = handlers(memory)
     logger = torch_logger(handler)
-    memory.logs.gate.clear()  # the collector is slow: an export holds the worker
+    memory.logs.gate.clear()  # the collector is slow: an export holds the event thread
     started = time.monotonic()
     for payload in EVENTS:
         logger.info(payload)
     elapsed = time.monotonic() - started
     assert elapsed < GATE_S / 2  # the caller never waited for an export
-    # nothing is out yet: the worker is (at most) blocked in its first export
+    # nothing is out yet: the event thread is (at most) blocked in its first export
     assert memory.log_count() == 0 and memory.span_names() == []
     assert handler.all_stats()["processed"] < len(EVENTS)
     memory.logs.gate.set()
@@ -210,7 +212,7 @@ def test_emit_only_queues_the_worker_processes_and_flush_exports(
     )
     assert stats["exported"] == memory.log_count() + len(memory.span_names())
     assert stats["internal_errors"] == stats["dropped_queue_full"] == 0
-    assert memory.logs.threads == {"elastic-otel"}  # exported on the worker, never the caller
+    assert memory.logs.threads == {"elastic-otel"}  # exported on the event_thread, never the caller
 
 
 def test_torch_event_objects_are_accepted_by_info(
@@ -248,13 +250,13 @@ def test_past_the_queue_bound_events_are_dropped_counted_and_warned_once(
     memory.logs.gate.clear()
     memory.logs.entered.clear()
     logger.info(EVENTS[KEEP_ALIVE])
-    assert memory.logs.entered.wait(10)  # the worker took it and is stuck exporting it
+    assert memory.logs.entered.wait(10)  # the event thread took it and is stuck exporting it
     with caplog.at_level(logging.WARNING, logger="elastic_otel"):
         started = time.monotonic()
         for _ in range(100):
             logger.info(EVENTS[KEEP_ALIVE])  # nothing raises into the caller
         elapsed = time.monotonic() - started
-    assert elapsed < GATE_S / 2  # never waited for the blocked worker
+    assert elapsed < GATE_S / 2  # never waited for the blocked event thread
     stats = handler.all_stats()
     assert stats["dropped_queue_full"] == 90  # 10 queued behind the one being exported
     warnings = elastic_warnings(caplog, "queue full")
@@ -291,8 +293,8 @@ def test_events_racing_the_exit_are_processed_or_counted_never_raced(
 ) -> None:
     """torch's keep-alive thread records during exit: the model has one owner, whatever comes.
 
-    The threads record at a pace the worker keeps up with (torch records a few events a second;
-    a flood that outpaces the worker is the next test's subject)."""
+    The threads record at a pace the event thread keeps up with (torch records a few events a
+    second; a flood that outpaces the event thread is the next test's subject)."""
     monkeypatch.setenv(env.ELASTIC_OTEL_EXIT_TIMEOUT, "10")  # a slow machine is not a failure
     handler = handlers(memory)
     for payload in EVENTS[:JOINED]:  # a node joins and is a member: open spans
@@ -323,13 +325,13 @@ def test_events_racing_the_exit_are_processed_or_counted_never_raced(
         stop.set()
         for t in threads:
             t.join()
-    worker = handler._worker
-    assert worker is not None
-    wait_until(lambda: not worker.thread_alive, what="the worker to end")
+    event_thread = handler._event_thread
+    assert event_thread is not None
+    wait_until(lambda: not event_thread.thread_alive, what="the event thread to end")
     stats = handler.all_stats()
     assert errors == [] and stats["internal_errors"] == 0
     assert stats_balance(stats) == 0, stats
-    # the open spans were ended by the close, on the worker, and exported
+    # the open spans were ended by the close, on the event_thread, and exported
     ended = {s.name: s for s in memory.spans.get_finished_spans()}
     assert ended["rendezvous.member"].attributes is not None
     assert ended["rendezvous.member"].attributes[A.END_REASON] == "process exit"
@@ -350,17 +352,17 @@ def test_a_steady_stream_of_events_does_not_hold_up_the_close(
     for payload in EVENTS[:JOINED]:
         handler.info(payload)
     assert handler.flush(10)
-    worker = handler._worker
-    assert worker is not None
+    event_thread = handler._event_thread
+    assert event_thread is not None
     memory.logs.gate.clear()
     memory.logs.entered.clear()
-    handler.info(EVENTS[KEEP_ALIVE])  # 1: the worker takes it and is held in its export
+    handler.info(EVENTS[KEEP_ALIVE])  # 1: the event thread takes it and is held in its export
     assert memory.logs.entered.wait(10)
     handler.info(EVENTS[KEEP_ALIVE])  # 2: queued behind it
     exiting = threading.Thread(target=handler.shutdown)
     exiting.start()
-    wait_until(lambda: len(worker._calls) == 1, what="the close request")
-    # from now on one more event is recorded for each the worker exports: never an empty queue
+    wait_until(lambda: len(event_thread._calls) == 1, what="the close request")
+    # from now on one more event is recorded for each the event thread exports: never an empty queue
     refill, acked, done = threading.Event(), threading.Event(), threading.Event()
 
     def feeder() -> None:
@@ -369,7 +371,7 @@ def test_a_steady_stream_of_events_does_not_hold_up_the_close(
             handler.info(EVENTS[KEEP_ALIVE])
             acked.set()
 
-    def on_export() -> None:  # on the worker thread
+    def on_export() -> None:  # on the event thread
         acked.clear()
         refill.set()
         acked.wait(10)
@@ -398,9 +400,9 @@ def test_an_event_whose_put_straddles_the_close_is_still_counted(
     for payload in EVENTS[:JOINED]:
         handler.info(payload)
     assert handler.flush(10)
-    worker = handler._worker
-    assert worker is not None
-    closed = worker._closed
+    event_thread = handler._event_thread
+    assert event_thread is not None
+    closed = event_thread._closed
     checked, resume = threading.Event(), threading.Event()
 
     class PreemptedAfterTheCheck:
@@ -420,12 +422,12 @@ def test_an_event_whose_put_straddles_the_close_is_still_counted(
         def __getattr__(self, name: str) -> object:
             return getattr(closed, name)
 
-    worker._closed = PreemptedAfterTheCheck()  # type: ignore[assignment]
+    event_thread._closed = PreemptedAfterTheCheck()  # type: ignore[assignment]
     late = threading.Thread(target=handler.info, args=(EVENTS[KEEP_ALIVE],), name="late")
     late.start()
     assert checked.wait(10)
     handler.shutdown()
-    wait_until(lambda: not worker.thread_alive, what="the worker to end")
+    wait_until(lambda: not event_thread.thread_alive, what="the event thread to end")
     resume.set()
     late.join(10)
     assert stats_balance(handler.all_stats()) == 0, handler.all_stats()
@@ -439,15 +441,15 @@ def test_events_after_a_shutdown_before_any_event_are_never_processed(
     handler.info(EVENTS[0])
     try:
         handler.flush(1)
-        worker = handler._worker
-        if worker is not None:  # give a worker, if one was started, the time to process
-            wait_until(lambda: not worker._queue, what="the queue to empty")
+        event_thread = handler._event_thread
+        if event_thread is not None:  # give a event_thread, if one was started, the time to process
+            wait_until(lambda: not event_thread._queue, what="the queue to empty")
         stats = handler.all_stats()
         assert (stats["processed"], stats["dropped_after_shutdown"]) == (0, 1)
         assert memory.builds == 0  # no pipeline built after exit
     finally:
-        if handler._worker is not None:
-            handler._worker.stop()
+        if handler._event_thread is not None:
+            handler._event_thread.stop()
 
 
 def test_a_failure_ending_the_spans_is_counted_and_the_pipeline_still_shuts_down(
@@ -462,13 +464,13 @@ def test_a_failure_ending_the_spans_is_counted_and_the_pipeline_still_shuts_down
     assert handler.flush(10)
     logs_before, spans_before = memory.log_count(), memory.span_names()
     assert logs_before == JOINED and "rendezvous.join" in spans_before
-    worker = handler._worker
-    assert worker is not None
+    event_thread = handler._event_thread
+    assert event_thread is not None
 
     def broken(*_args: object) -> None:
         raise RuntimeError("model broke")
 
-    monkeypatch.setattr(worker.sink.model, "close_all", broken)  # type: ignore[attr-defined]
+    monkeypatch.setattr(event_thread.sink.model, "close_all", broken)  # type: ignore[attr-defined]
     with caplog.at_level(logging.WARNING, logger="elastic_otel"):
         handler.shutdown()  # never raises
     assert handler.all_stats()["internal_errors"] == 1
@@ -486,18 +488,18 @@ def test_a_failure_ending_the_spans_is_counted_and_the_pipeline_still_shuts_down
 
 
 def _child_report(handler: OtelHandler, factory: Memory) -> dict[str, object]:
-    """Runs in the forked child: its counters, and an event processed by its own worker."""
+    """Runs in the forked child: its counters, and an event processed by its own event_thread."""
     before = handler.all_stats()
     handler.info(EVENTS[0])
-    # no flush: only a worker thread of the child's own can process it
+    # no flush: only an event thread of the child's own can process it
     deadline = time.monotonic() + 10
     while handler.all_stats()["processed"] < 1 and time.monotonic() < deadline:
         time.sleep(0.002)
-    worker = handler._worker
+    event_thread = handler._event_thread
     return {
         "before": before,
         "after": handler.all_stats(),
-        "worker_alive": worker is not None and worker.thread_alive,
+        "worker_alive": event_thread is not None and event_thread.thread_alive,
         "builds": factory.builds,
     }
 
@@ -539,7 +541,7 @@ def test_a_forked_child_counts_from_zero_with_its_own_worker(
     assert report["before"] == dict.fromkeys(counters.ALL_KEYS, 0)  # nothing of the parent's
     after = report["after"]
     assert (after["received"], after["processed"]) == (1, 1)
-    assert report["worker_alive"] and report["builds"] == 2  # its own worker and pipeline
+    assert report["worker_alive"] and report["builds"] == 2  # its own event thread and pipeline
     # the parent is untouched and still works
     assert handler.all_stats()["received"] == 5
     handler.info(EVENTS[5])
@@ -553,7 +555,7 @@ def test_records_the_bridge_itself_causes_do_not_loop_back(
     memory: Memory, handlers: Callable[[Memory], OtelHandler]
 ) -> None:
     """An exporter (or the SDK) logging to a logger the handler is attached to, on the bridge's
-    own threads: the worker, and the thread that builds the pipeline."""
+    own threads: the event_thread, and the thread that builds the pipeline."""
     handler = handlers(memory)
     logger = torch_logger(handler)
     said: list[str] = []
@@ -597,27 +599,31 @@ def test_records_the_bridge_itself_causes_do_not_loop_back(
 def test_one_parser_for_every_flag(
     raw: str, value: bool | None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(env, "_warned_flags", set())
+    monkeypatch.setattr(environment, "_warned_flags", set())
     monkeypatch.setenv(env.ELASTIC_OTEL_TRACES, raw)
     with caplog.at_level(logging.WARNING, logger="elastic_otel"):
-        assert env.env_switch(env.ELASTIC_OTEL_TRACES) is value
-        assert env.env_flag(env.ELASTIC_OTEL_TRACES, True) is (True if value is None else value)
-        assert env.env_flag(env.ELASTIC_OTEL_TRACES, False) is (False if value is None else value)
+        assert environment.env_switch(env.ELASTIC_OTEL_TRACES) is value
+        assert environment.env_flag(env.ELASTIC_OTEL_TRACES, True) is (
+            True if value is None else value
+        )
+        assert environment.env_flag(env.ELASTIC_OTEL_TRACES, False) is (
+            False if value is None else value
+        )
     assert elastic_warnings(caplog, env.ELASTIC_OTEL_TRACES) == []
 
 
 def test_an_unrecognised_flag_is_unset_with_one_warning_per_variable(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(env, "_warned_flags", set())
+    monkeypatch.setattr(environment, "_warned_flags", set())
     monkeypatch.setenv(env.ELASTIC_OTEL_TRACES, "garbage")
     monkeypatch.setenv(env.ELASTIC_OTEL_METRICS, "enabled")
     with caplog.at_level(logging.WARNING, logger="elastic_otel"):
         for _ in range(3):
-            assert env.env_switch(env.ELASTIC_OTEL_TRACES) is None
-            assert env.env_flag(env.ELASTIC_OTEL_TRACES, True) is True
-            assert env.env_flag(env.ELASTIC_OTEL_TRACES, False) is False
-            assert env.env_flag(env.ELASTIC_OTEL_METRICS, True) is True
+            assert environment.env_switch(env.ELASTIC_OTEL_TRACES) is None
+            assert environment.env_flag(env.ELASTIC_OTEL_TRACES, True) is True
+            assert environment.env_flag(env.ELASTIC_OTEL_TRACES, False) is False
+            assert environment.env_flag(env.ELASTIC_OTEL_METRICS, True) is True
     traces = elastic_warnings(caplog, env.ELASTIC_OTEL_TRACES)
     assert len(traces) == 1 and "garbage" in traces[0].getMessage()
     assert len(elastic_warnings(caplog, env.ELASTIC_OTEL_METRICS)) == 1
@@ -642,7 +648,7 @@ def test_activation_treats_an_unrecognised_enabled_flag_as_unset(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(env, "_warned_flags", set())
+    monkeypatch.setattr(environment, "_warned_flags", set())
     monkeypatch.setenv(env.ELASTIC_OTEL_ENABLED, enabled)
     if pet is not None:
         monkeypatch.setenv(env.PET_EVENT_LOG_HANDLER, pet)

@@ -1,7 +1,7 @@
 """The package's structure as docs/architecture.md (Layout) describes it, checked on the source.
 
-Every module sits in a folder that is a layer, in the order data flows (names → parsing → model
-→ emit → bridge → integration / worker → cli); imports run one way, downward (not even a
+Every module sits in a folder that is a layer, in the order data flows (names → config → parsing →
+model → emit → bridge → integration / worker → cli); imports run one way, downward (not even a
 function-level import reaches back up), no module imports another's private names, and the
 folders that must stay free of torch and OpenTelemetry are.
 """
@@ -96,19 +96,20 @@ def test_no_private_names_across_modules() -> None:
 LAYERS = {
     "names": 0,
     "version": 0,
-    "parsing": 1,
-    "model": 2,
-    "emit": 3,
-    "bridge": 4,
-    "integration": 5,
-    "worker": 5,
-    "": 6,  # the package's public functions (elastic_otel/__init__.py)
-    "cli": 7,
+    "config": 1,
+    "parsing": 2,
+    "model": 3,
+    "emit": 4,
+    "bridge": 5,
+    "integration": 6,
+    "worker": 6,
+    "": 7,  # the package's public functions (elastic_otel/__init__.py)
+    "cli": 8,
 }
 """Each folder's place in the flow of data; a module imports only from its own folder or from
 folders below it (``integration`` and ``worker`` share a level and do not import each other)."""
 
-PURE = ("names", "parsing", "model")
+PURE = ("names", "config", "parsing", "model")
 """Folders that import neither torch nor OpenTelemetry: testable without either."""
 
 

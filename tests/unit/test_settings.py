@@ -7,8 +7,9 @@ import dataclasses
 import pytest
 
 from elastic_otel.bridge.handler import OtelHandler
+from elastic_otel.config import environment
+from elastic_otel.config.settings import Settings
 from elastic_otel.names import environment_variables as env
-from elastic_otel.names.settings import Settings
 from tests.support.helpers import as_documented, documented_defaults
 
 
@@ -32,7 +33,7 @@ def test_every_field_is_a_documented_variable_with_its_documented_default(field:
 def test_values_are_read_and_malformed_ones_are_their_defaults(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(env, "_warned_flags", set())
+    monkeypatch.setattr(environment, "_warned_flags", set())
     monkeypatch.setenv(env.ELASTIC_OTEL_EXIT_TIMEOUT, "0.5")
     monkeypatch.setenv(env.ELASTIC_OTEL_QUEUE_SIZE, "many")
     monkeypatch.setenv(env.ELASTIC_OTEL_TRACES, "off")
@@ -53,7 +54,7 @@ def test_values_are_read_and_malformed_ones_are_their_defaults(
 def test_the_exception_opt_in_is_one_of_the_conventions_values_or_none(
     monkeypatch: pytest.MonkeyPatch, value: str, read: str | None
 ) -> None:
-    monkeypatch.setattr(env, "_warned_flags", set())
+    monkeypatch.setattr(environment, "_warned_flags", set())
     monkeypatch.setenv(env.OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN, value)
     assert Settings.from_environment().exception_signal == read
 

@@ -16,13 +16,13 @@ from elastic_otel.bridge.conversion import Conversion
 from elastic_otel.cli.otlp_json_reader import decode_line
 from elastic_otel.cli.timeline.build import build_timeline, render_text
 from elastic_otel.cli.timeline.html import timeline_data
+from elastic_otel.emit.counters import EventCounters
 from elastic_otel.emit.emitter import Emitter
 from elastic_otel.emit.otlp_json import to_line
 from elastic_otel.model.snapshots import SnapshotSchedule
 from elastic_otel.model.spans import SpanRecord
 from elastic_otel.model.trace_model import TraceModel
 from elastic_otel.names import attributes as A
-from elastic_otel.names.counters import EventCounters
 from tests.support.fixtures import captured_events
 
 S = 1_000_000_000

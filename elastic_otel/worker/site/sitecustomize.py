@@ -17,8 +17,6 @@ import sys
 from types import ModuleType
 
 _NAME = "sitecustomize"
-_chained: ModuleType | None = None
-"""The next ``sitecustomize``, kept here since ``sys.modules`` keeps this one."""
 
 
 def _start() -> None:
@@ -31,9 +29,9 @@ def _start() -> None:
         pass
 
 
-def _chain() -> None:
+def _chain() -> ModuleType | None:
     """Import the next ``sitecustomize`` on ``sys.path``, if any, as ``site`` would have."""
-    global _chained
+    chained = None
     here = os.path.normcase(os.path.realpath(os.path.dirname(os.path.abspath(__file__))))
     ours = sys.modules[_NAME]
     removed = [
@@ -45,7 +43,7 @@ def _chain() -> None:
         del sys.path[i]
     del sys.modules[_NAME]
     try:
-        _chained = importlib.import_module(_NAME)
+        chained = importlib.import_module(_NAME)
     except ImportError as e:
         if e.name != _NAME:
             raise  # site reports an ImportError inside the other sitecustomize
@@ -53,8 +51,9 @@ def _chain() -> None:
         sys.modules[_NAME] = ours
         for i, entry in removed:
             sys.path.insert(i, entry)
+    return chained
 
 
 if __name__ == _NAME:  # not when imported by its package path (documentation tools)
     _start()
-    _chain()
+    _chained = _chain()  # the next sitecustomize: sys.modules keeps this one, not it

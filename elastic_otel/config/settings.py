@@ -22,6 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from elastic_otel.config.environment import (
+    env_exception_signal,
+    env_flag,
+    env_float,
+    env_int,
+    env_switch,
+    env_worker_output,
+)
 from elastic_otel.names.environment_variables import (
     DEFAULT_EXIT_TIMEOUT_S,
     DEFAULT_MAX_OPEN_SPANS,
@@ -58,12 +66,6 @@ from elastic_otel.names.environment_variables import (
     ELASTIC_OTEL_WORKER_OUTPUT_RATE,
     ELASTIC_OTEL_WORKER_STARTUP,
     WORKER_OUTPUT_STREAMS,
-    env_exception_signal,
-    env_flag,
-    env_float,
-    env_int,
-    env_switch,
-    env_worker_output,
 )
 
 

@@ -1,0 +1,51 @@
+"""The bridge's process-wide state, with one owner: what the operating system makes one per
+process (the exit path, run by ``atexit`` and on SIGTERM; the fork guard and the export gate,
+hooked into ``os.fork``), the process's bridge handler that torch's registry and the traced
+rendezvous backends share, and the rendezvous run id the process is in.
+
+:func:`bridge_process` makes it on first use. Why one object: these are hooked into the
+process in a set order (the fork guard before any hook that starts threads in a child), a
+forked child resets them together, and a reader finds every piece of process-wide bridge
+state here and nowhere else (design: ``docs/architecture.md``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from elastic_otel.bridge.fork_safety import ForkGuard
+from elastic_otel.bridge.process_exit import ExitPath
+from elastic_otel.emit.export_gate import ExportGate
+
+
+class BridgeProcess:
+    """The bridge's one-per-process parts.
+
+    ``handler`` is the process's bridge handler once :func:`elastic_otel.bridge.handler.get_handler`
+    made it; ``run_id`` the rendezvous run id set by the traced rendezvous (metrics carry it).
+    """
+
+    def __init__(self) -> None:
+        self.export_gate = ExportGate()
+        self.fork_guard = ForkGuard(self.export_gate)
+        self.exit_path = ExitPath()
+        self.lock = threading.Lock()
+        self.handler: logging.Handler | None = None
+        self.run_id: str | None = None
+
+
+_process: BridgeProcess | None = None
+_lock = threading.Lock()
+
+
+def bridge_process() -> BridgeProcess:
+    """This process's :class:`BridgeProcess` (made on first use)."""
+    global _process
+    process = _process
+    if process is None:
+        with _lock:
+            if _process is None:
+                _process = BridgeProcess()
+            process = _process
+    return process
