@@ -228,7 +228,9 @@ class OtelHandler(logging.Handler):
                 from elastic_otel.emit.pipeline import build_pipeline
 
                 self._pipeline = build_pipeline(
-                    settings=self.settings, gate=self.process.export_gate
+                    settings=self.settings,
+                    gate=self.process.export_gate,
+                    warnings=self.process.export_warnings,
                 )
             if self._pipeline is None:
                 return None

@@ -1,6 +1,7 @@
 """The bridge's process-wide state, with one owner: what the operating system makes one per
 process (the exit path, run by ``atexit`` and on SIGTERM; the fork guard and the export gate,
-hooked into ``os.fork``), the process's bridge handler that torch's registry and the traced
+hooked into ``os.fork``; the filter on the process-wide OpenTelemetry loggers that reports the
+first export warning), the process's bridge handler that torch's registry and the traced
 rendezvous backends share, and the rendezvous run id the process is in.
 
 :func:`bridge_process` makes it on first use. Why one object: these are hooked into the
@@ -16,6 +17,7 @@ import threading
 
 from elastic_otel.bridge.fork_safety import ForkGuard
 from elastic_otel.bridge.process_exit import ExitPath
+from elastic_otel.emit.delivery import ExportWarnings
 from elastic_otel.emit.export_gate import ExportGate
 
 
@@ -30,6 +32,7 @@ class BridgeProcess:
         self.export_gate = ExportGate()
         self.fork_guard = ForkGuard(self.export_gate)
         self.exit_path = ExitPath()
+        self.export_warnings = ExportWarnings()
         self.lock = threading.Lock()
         self.handler: logging.Handler | None = None
         self.run_id: str | None = None

@@ -209,7 +209,9 @@ def _is_success(result: Any) -> bool:
 
 
 class ExportWarnings(logging.Filter):
-    """Lets the first export warning through, concise and scrubbed; counts the rest."""
+    """Lets the first export warning through, concise and scrubbed; counts the rest. One per
+    process (held by :class:`elastic_otel.bridge.process.BridgeProcess`): the OpenTelemetry
+    loggers are process-wide, and so is "reported once"."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -247,10 +249,6 @@ class ExportWarnings(logging.Filter):
         record.exc_text = None
         record.stack_info = None
         return True
-
-
-EXPORT_WARNINGS = ExportWarnings()
-"""One filter per process: the OTel loggers are process-wide, and so is "reported once"."""
 
 
 def _header_values() -> list[str]:

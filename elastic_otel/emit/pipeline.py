@@ -54,7 +54,6 @@ from elastic_otel.emit import counters as C
 from elastic_otel.emit.bounded import run_bounded
 from elastic_otel.emit.counters import DeliveryCounters
 from elastic_otel.emit.delivery import (
-    EXPORT_WARNINGS,
     ExportWarnings,
     LogOutageBuffer,
     OutageBuffer,
@@ -177,7 +176,7 @@ class Pipeline:
     resource: Resource
     owned: bool  # built here (we flush and shut it down) or borrowed from the application
     delivery: DeliveryCounters = field(default_factory=DeliveryCounters)
-    warnings: ExportWarnings = EXPORT_WARNINGS
+    warnings: ExportWarnings = field(default_factory=ExportWarnings)
     buffers: list[OutageBuffer] = field(default_factory=list)
     batchers: list[Any] = field(default_factory=list)  # the SDK batch processors it built
     _closers: list[Callable[[], Any]] = field(default_factory=list)
@@ -238,11 +237,15 @@ class Pipeline:
 
 
 def build_pipeline(
-    version: str = "", settings: Settings | None = None, gate: ExportGate | None = None
+    version: str = "",
+    settings: Settings | None = None,
+    gate: ExportGate | None = None,
+    warnings: ExportWarnings | None = None,
 ) -> Pipeline | None:
     """The pipeline the environment asks for; ``None`` when ``OTEL_SDK_DISABLED=true``.
     ``settings``: the caller's (default: read now); ``gate``: the process's export gate, which
-    its gRPC exporters' calls pass (``None``: no gate)."""
+    its gRPC exporters' calls pass (``None``: no gate); ``warnings``: the process's export
+    warnings filter (``None``: one of its own)."""
     if sdk_disabled():
         return None
     app_tracer = trace_api.get_tracer_provider()
@@ -250,7 +253,7 @@ def build_pipeline(
     app_span_processor = getattr(app_tracer, "_active_span_processor", None)
     if isinstance(app_tracer, TracerProvider) and app_span_processor is not None:
         return _borrowed(app_tracer, app_logger, app_span_processor, version)
-    return _owned(version, settings or Settings.from_environment(), gate)
+    return _owned(version, settings or Settings.from_environment(), gate, warnings)
 
 
 def _borrowed(
@@ -268,7 +271,9 @@ def _borrowed(
     return pipeline
 
 
-def _owned(version: str, settings: Settings, gate: ExportGate | None) -> Pipeline:
+def _owned(
+    version: str, settings: Settings, gate: ExportGate | None, warnings: ExportWarnings | None
+) -> Pipeline:
     resource = build_resource()
     delivery = DeliveryCounters()
     buffers: list[OutageBuffer] = []
@@ -324,6 +329,7 @@ def _owned(version: str, settings: Settings, gate: ExportGate | None) -> Pipelin
         resource,
         owned=True,
         delivery=delivery,
+        warnings=warnings or ExportWarnings(),
         buffers=buffers,
         batchers=batchers,
     )

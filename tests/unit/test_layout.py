@@ -9,6 +9,7 @@ folders that must stay free of torch and OpenTelemetry are.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -202,4 +203,70 @@ def test_no_class_over_300_lines() -> None:
         and node.end_lineno is not None
         and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES
     ]
+    assert offenders == []
+
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def _documented_modules() -> dict[str, set[str]]:
+    """Folder → the modules its row of the Layout table in docs/architecture.md names."""
+    section = ARCHITECTURE.read_text().split("\n## Layout\n")[1].split("\n## ")[0]
+    rows: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and re.fullmatch(r"`[\w/]+/`", cells[0]):
+            rows[cells[0].strip("`/")] = set(re.findall(r"`(\w+)`", cells[1]))
+    return rows
+
+
+def _package_modules() -> dict[str, set[str]]:
+    """Folder → its modules on disk (``__init__`` and the top level's two files aside)."""
+    found: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).parts
+        if len(parts) > 1 and path.stem != "__init__":
+            found.setdefault("/".join(parts[:-1]), set()).add(path.stem)
+    return found
+
+
+def test_the_layout_section_names_every_module_and_no_other() -> None:
+    assert _documented_modules() == _package_modules()
+
+
+def test_module_globals_have_few_owners() -> None:
+    """Process-wide state has one owner: the bridge's (``bridge/process.py``), the
+    registration's (``integration/registration.py``) and, for its measured hot path, the
+    worker's progress (``worker/progress.py``). No other module rebinds a global."""
+    owners = sorted(
+        module
+        for module, path in MODULES.items()
+        if any(isinstance(node, ast.Global) for node in ast.walk(ast.parse(path.read_text())))
+    )
+    assert owners == [
+        "elastic_otel.bridge.process",
+        "elastic_otel.integration.registration",
+        "elastic_otel.worker.progress",
+    ]
+
+
+def test_all_caps_module_names_are_not_mutable_singletons() -> None:
+    """An all-caps module-level name is a constant: never an instance of a project class that
+    can hold state (a singleton); a stateless sentinel (``__slots__ = ()``) is a constant."""
+    offenders = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        classes = {
+            n.name
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ClassDef) and "__slots__ = ()" not in ast.unparse(n)
+        }
+        for node in tree.body:
+            if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Call):
+                continue
+            func = node.value.func
+            name = func.id if isinstance(func, ast.Name) else ""
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id.isupper() and name in classes:
+                    offenders.append(f"{module}.{target.id} = {name}()")
     assert offenders == []
