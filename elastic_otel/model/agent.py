@@ -21,22 +21,16 @@ root of that trace, linked to the failed worker's span and to the node's previou
 :meth:`AgentModel.reserve_workers` for the ids their ``worker`` spans will have, to give
 each worker process its ``TRACEPARENT``; the spans the START events open then use them.
 
-Worker outcomes come from two places. With the agent instrumented
-(:mod:`elastic_otel.integration.agent_instrumentation`), the agent's own view arrives as it
-happens: a FAILED worker (exit code, error file, failure time) or a SUCCEEDED one when the
-agent's monitor sees it, then ``elastic_otel.agent.stop_workers`` start / end, which ends the
-workers still running as ``STOPPED`` with a link to the failed worker's span;
-``elastic_otel.agent.exit_barrier`` is a span of its own. torch's own worker events, which come
-later (after the exit barrier) or never (before a restart), then only add log records to the
-spans already ended. Without instrumentation, torch's events are all there is: a worker that
-fails before a restart has no FAILED event, the next START with a higher ``agent_restarts`` is
-the only sign, so the workers of the replaced group end ``REPLACED``; a START of a rank already
-running (a membership change) ends them ``RESTARTED``.
+The instrumented agent's ``elastic_otel.agent.exit_barrier`` and ``stop_workers`` start / end
+are spans of their own; the end of ``stop_workers`` ends the workers still running.
 
-**Seams.** What is left here is the state machine of the agent's steps and workers (with the
-span ids reserved for ``TRACEPARENT``, which are worker spans chosen early). The rest sits
-behind narrow seams, so that each part can be read without the others' internals:
+**Seams.** What is left here is the state machine of the agent's steps (with the span ids
+reserved for ``TRACEPARENT``, which are worker spans chosen early). The rest sits behind
+narrow seams, so that each part can be read without the others' internals:
 
+* the ``worker`` spans (how one is opened, ended, marked failed, peer-failed or stopped by its
+  agent, linked to the root cause, and how the workers' outcomes are told) are
+  :class:`~elastic_otel.model.agent_workers.WorkerSpans`, applied to each :class:`Agent`;
 * the rendezvous side is only asked, through :class:`RoundView` (the node's member span ids,
   its round, what it knows), and only tells, through ``RoundListener`` (re-joins, ended
   memberships); neither module imports the other, and
@@ -55,10 +49,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
-from elastic_otel.model.failures import describe, error_type
+from elastic_otel.model.agent_workers import (
+    ReservedSpan,
+    WorkerSpans,
+    agent_attributes,
+    agent_span,
+    failure_link,
+)
 from elastic_otel.model.recovery import RecoveryHold
 from elastic_otel.model.spans import (
     DEFAULT_EVENT_LIMIT,
@@ -79,6 +79,15 @@ from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import STACKS_STATE, WorkerState
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind
 
+__all__ = [  # ReservedSpan and agent_attributes live in agent_workers, importable from here too
+    "Agent",
+    "AgentModel",
+    "ReservedSpan",
+    "RoundView",
+    "WorkerLaunch",
+    "agent_attributes",
+]
+
 _MAX_AGENT_LINKS = 32
 _AGENT_STEPS = {  # torch's, recorded once done with their duration
     "RENDEZVOUS": A.SPAN_AGENT_RENDEZVOUS,
@@ -92,46 +101,7 @@ _OBSERVED_STEPS = {  # the bridge's own (agent_instrumentation), recorded at sta
 _RESTART = "RESTART_WORKERS"  # observed too: the whole recovery
 _AGENT_OUTCOMES = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED})
 _WAIT_KIND = {"EXIT_BARRIER": "exit_barrier", "STOP_WORKERS": "stop_workers"}
-_FAILURE_FACTS = frozenset(
-    {
-        A.RUN_ID,
-        A.HOST_NAME,
-        A.GLOBAL_RANK,
-        A.LOCAL_RANK,
-        A.STATE,
-        A.FAILURE_KIND,
-        A.ERROR_TYPE,
-        A.PROCESS_EXIT_CODE,
-        A.OOM_KILL,
-        A.AGENT_RESTARTS,
-    }
-)
-"""What a ``worker.failure`` span repeats of the worker span it stands for."""
 _WAIT_CONTEXT = frozenset({A.RUN_ID, A.RANK, A.HOST_NAME, A.ROLE, A.AGENT_RESTARTS})
-_SPAN_KEYS = (
-    A.RUN_ID,
-    A.RANK,
-    A.GLOBAL_RANK,
-    A.GROUP_RANK,
-    A.LOCAL_RANK,
-    A.ROLE,
-    A.ROLE_RANK,
-    A.ROLE_WORLD_SIZE,
-    A.GROUP_WORLD_SIZE,
-    A.WORKER_ID,
-    A.WORKER_PID,
-    A.EXIT_CODE,
-    A.STATE,
-    A.AGENT_RESTARTS,
-    A.DURATION_MS,
-    A.RDZV_BACKEND,
-    A.HOST_NAME,
-    A.ENTRY_POINT,
-    A.ERROR_CATEGORY,
-    A.OBSERVED_BY,
-    A.FAILURE_KIND,
-    A.OOM_KILL,
-)
 
 
 class RoundView(Protocol):
@@ -164,17 +134,9 @@ class WorkerLaunch:
     recovery_start_ns: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class ReservedSpan:
-    """A ``worker`` span whose ids were chosen before its START (the worker's ``TRACEPARENT``)."""
-
-    trace_id: int
-    span_id: int
-    parent_span_id: int
-
-
 class Agent:
-    """One elastic agent (per run id) and its running workers' spans."""
+    """One elastic agent (per run id) and its running workers' spans (a
+    :class:`~elastic_otel.model.agent_workers.WorkerGroup`)."""
 
     __slots__ = (
         "ended",
@@ -224,6 +186,7 @@ class AgentModel:
         self._trace = trace_ids
         self._rounds = rounds
         self.event_limit = event_limit
+        self._workers = WorkerSpans(rounds, event_limit)
         self.agents: OrderedDict[str, Agent] = OrderedDict()
         self.terminated_by = ""  # set when the agent reports it was killed by a signal
 
@@ -293,13 +256,15 @@ class AgentModel:
 
         if ev.kind is EventKind.WORKER:
             if ev.state == WorkerState.START:
-                self._worker_start(agent, ev, parent, out)
+                self._workers.start(agent, ev, parent, out)
+                if not agent.start_ns:
+                    agent.start_ns = ev.time_ns
             else:
-                self._worker_end(agent, ev, parent, out)
+                self._workers.end(agent, ev, parent, out)
         elif ev.state in _AGENT_STEPS:
             self._agent_step(agent, ev, parent, out)
         elif ev.state == STACKS_STATE:
-            self._worker_stacks(agent, ev, parent, out)
+            self._workers.stacks(agent, ev, parent, out)
         elif ev.state == _RESTART and ev.attributes.get(A.PHASE) in ("start", "end"):
             self._recovery(agent, ev, parent, out)
         elif ev.state in _OBSERVED_STEPS and ev.attributes.get(A.PHASE) in ("start", "end"):
@@ -323,14 +288,7 @@ class AgentModel:
         return SpanRef(self._trace(agent.run_id, f"restart-{restarts}"), 0)
 
     def _span(self, name: str, start_ns: int, ev: ElasticEvent, parent: SpanRef) -> SpanRecord:
-        return SpanRecord(
-            name,
-            start_ns,
-            agent_attributes(ev),
-            trace_id=parent.trace_id,
-            parent_span_id=parent.span_id,
-            event_limit=self.event_limit,
-        )
+        return agent_span(name, start_ns, ev, parent, self.event_limit)
 
     def _agent_step(self, agent: Agent, ev: ElasticEvent, parent: SpanRef, out: Output) -> None:
         t = ev.time_ns
@@ -360,7 +318,7 @@ class AgentModel:
         agent.recovery.finish(span.end(t, STATUS_OK), out)
         agent.recovery.log(ev, span, out)
         if ev.state == "STOP_WORKERS" and agent.workers:
-            self._end_workers(agent, t, out, WorkerState.STOPPED, "", link_to=agent.failed)
+            self._workers.end_all(agent, t, out, WorkerState.STOPPED, "", link_to=agent.failed)
 
     def _recovery(self, agent: Agent, ev: ElasticEvent, parent: SpanRef, out: Output) -> None:
         t = ev.time_ns
@@ -369,7 +327,7 @@ class AgentModel:
             if agent.recovery.active:  # its end was never seen
                 self._end_recovery(agent, t, out, "a new recovery started", error=False)
             span = self._span(A.SPAN_AGENT_RECOVERY, t, ev, root)
-            failure = _failure_link(agent.failed) if agent.failed is not None else None
+            failure = failure_link(agent.failed) if agent.failed is not None else None
             agent.recovery.start(span, ev, failure, left=parent)
             agent.recovery.log(ev, span, out)
             return
@@ -402,134 +360,6 @@ class AgentModel:
         out.log(ev, span)
         self.agents.pop(ev.run_id, None)
 
-    def _worker_start(self, agent: Agent, ev: ElasticEvent, parent: SpanRef, out: Output) -> None:
-        t = ev.time_ns
-        restarts = ev.agent_restarts or 0
-        if restarts > agent.restarts:
-            self._end_workers(
-                agent,
-                agent.stop_ns or t,
-                out,
-                WorkerState.REPLACED,
-                f"worker group restarted after a failure (restart {restarts})",
-                error=True,
-            )
-            agent.new_attempt()
-        elif ev.global_rank is not None and ev.global_rank in agent.workers:
-            self._end_workers(
-                agent,
-                agent.stop_ns or t,
-                out,
-                WorkerState.RESTARTED,
-                "worker group restarted for a membership change",
-            )
-            agent.new_attempt()
-        elif ev.global_rank is not None and ev.global_rank in agent.ended:
-            agent.new_attempt()  # the agent stopped them itself, then started them again
-        agent.restarts = max(agent.restarts, restarts)
-        agent.stop_ns = 0
-        if not agent.start_ns:
-            agent.start_ns = t
-        local_rank = ev.attributes.get(A.LOCAL_RANK)
-        reserved = agent.reserved.pop(local_rank, None) if isinstance(local_rank, int) else None
-        if reserved is not None:  # the worker was told these ids (TRACEPARENT)
-            parent = SpanRef(reserved.trace_id, reserved.parent_span_id)
-        span = self._span(A.SPAN_WORKER, t, ev, parent)
-        if reserved is not None:
-            span.span_id = reserved.span_id
-        key = ev.global_rank if ev.global_rank is not None else -1 - len(agent.workers)
-        agent.workers[key] = span
-        out.log(ev, span)
-
-    def _worker_stacks(self, agent: Agent, ev: ElasticEvent, parent: SpanRef, out: Output) -> None:
-        """A worker's stacks: a log record on its span (open, or just ended by the stop they
-        were taken before), the frames as its body."""
-        rank = ev.global_rank
-        span = agent.workers.get(rank) if rank is not None else None
-        if span is None and rank is not None:
-            span = agent.ended.get(rank)
-        attributes = dict(ev.attributes)
-        stacks = attributes.pop(A.STACKS, None)
-        body = stacks if isinstance(stacks, str) and stacks else ev.body
-        record = replace(ev, body=body, attributes=attributes)
-        if span is not None:
-            out.log(record, span)
-        else:
-            out.logs.append(LogOut(record, parent.trace_id, parent.span_id))
-
-    def _worker_end(self, agent: Agent, ev: ElasticEvent, parent: SpanRef, out: Output) -> None:
-        t = ev.time_ns
-        rank = ev.global_rank
-        span = agent.workers.pop(rank, None) if rank is not None else None
-        if span is None and rank is not None and rank in agent.ended:
-            out.log(ev, agent.ended[rank])  # torch's late word on an outcome already exported
-            return
-        if span is None:  # its START was never seen (out of order, or state evicted)
-            span = self._span(A.SPAN_WORKER, t, ev, parent)
-            span.attributes = {A.START_UNKNOWN: True}
-        span.attributes.update(agent_attributes(ev))
-        code = ev.attributes.get(A.EXIT_CODE)
-        if code is not None and ev.state != WorkerState.SUCCEEDED:
-            span.attributes[A.PROCESS_EXIT_CODE] = code
-        if ev.state == WorkerState.FAILED:
-            _failed(span, ev, code)
-            status = STATUS_ERROR
-            if agent.failed is None:
-                agent.failed = span
-            self._failure_in_round(agent, span, t, out)
-        elif ev.state == WorkerState.PEER_FAILED:
-            _peer_failed(span, ev, agent.failed)
-            status = STATUS_UNSET
-        elif ev.state == WorkerState.STOPPED:
-            _stopped_by_agent(span, agent.failed)
-            status = STATUS_UNSET
-        else:
-            status = STATUS_OK if ev.state == WorkerState.SUCCEEDED else STATUS_UNSET
-        out.spans.append(span.end(t, status))
-        out.log(ev, span)
-        if rank is not None:
-            agent.ended[rank] = span
-
-    def _failure_in_round(self, agent: Agent, worker: SpanRecord, t: int, out: Output) -> None:
-        """In a round with a trace per node, a root cause also shows in the round's trace: a
-        ``worker.failure`` span under the node's join span, linked to the ``worker`` span."""
-        round_ref = self._rounds.round_context(agent.run_id)
-        if round_ref is None or round_ref.trace_id == worker.trace_id:
-            return
-        attributes = {k: v for k, v in worker.attributes.items() if k in _FAILURE_FACTS}
-        span = SpanRecord(
-            A.SPAN_WORKER_FAILURE,
-            worker.start_ns,
-            attributes,
-            trace_id=round_ref.trace_id,
-            parent_span_id=round_ref.span_id,
-            event_limit=self.event_limit,
-        )
-        span.links.append(_failure_link(worker))
-        span.status_message = worker.status_message
-        out.spans.append(span.end(t, STATUS_ERROR))
-
-    def _end_workers(
-        self,
-        agent: Agent,
-        t: int,
-        out: Output,
-        state: WorkerState,
-        reason: str,
-        error: bool = False,
-        link_to: SpanRecord | None = None,
-    ) -> None:
-        for rank, span in agent.workers.items():
-            span.attributes[A.STATE] = state.value  # exported: the plain text
-            if error:
-                span.set_error(reason)
-            if state is WorkerState.STOPPED:
-                _stopped_by_agent(span, link_to)
-            out.spans.append(span.end(t, STATUS_UNSET, reason))
-            if rank >= 0:
-                agent.ended[rank] = span
-        agent.workers.clear()
-
     def _end_steps(self, agent: Agent, t: int, out: Output, reason: str, error: bool) -> None:
         for span in agent.steps.values():
             if error:
@@ -557,7 +387,7 @@ class AgentModel:
         """End an agent's open spans: its workers (as ``state``), steps and recovery. A signal
         that ends the agent (``error``) is an error of the agent's spans, not of its workers:
         they were running, and are victims of it (``TERMINATED``, with the reason)."""
-        self._end_workers(agent, t, out, state, reason)
+        self._workers.end_all(agent, t, out, state, reason)
         self._end_steps(agent, t, out, reason, error)
         self._end_recovery(agent, t, out, reason, error)
 
@@ -565,49 +395,3 @@ class AgentModel:
 def _back_dated(t: int, duration_ms: float | None) -> int:
     """When a step of ``duration_ms`` that ended at ``t`` began (never before the epoch)."""
     return max(0, t - int((duration_ms or 0.0) * 1_000_000))
-
-
-def _failed(span: SpanRecord, ev: ElasticEvent, code: object) -> None:
-    """A worker that failed on its own (a root cause, or one torch reported without the
-    instrumentation's classification): ERROR, ``error.type``, what killed it."""
-    span.record_error(ev)
-    err = ev.error
-    span.attributes[A.ERROR_TYPE] = error_type(code, err.type if err is not None else None)
-    exception = f"{err.type}: {err.message}" if err and err.type else (err.message if err else "")
-    oom = ev.attributes.get(A.OOM_KILL) is True
-    if code is not None or exception:
-        span.status_message = describe(code, exception, oom)
-
-
-def _peer_failed(span: SpanRecord, ev: ElasticEvent, failed: SpanRecord | None) -> None:
-    """A victim: its collective failed because a peer died. Not an error of its own."""
-    first_line = (ev.error.message.strip().splitlines() or [""])[0] if ev.error else ""
-    reason = "its collective failed after a peer died"
-    span.attributes[A.END_REASON] = f"{reason}: {first_line[:200]}" if first_line else reason
-    if failed is not None:
-        span.links.append(_failure_link(failed))
-
-
-def _stopped_by_agent(span: SpanRecord, failed: SpanRecord | None) -> None:
-    """Mark a worker the agent stopped; link it to the failure that made the agent stop it."""
-    if failed is None:
-        span.attributes[A.END_REASON] = "stopped by the agent"
-        return
-    rank = failed.attributes.get(A.GLOBAL_RANK)
-    span.attributes[A.END_REASON] = f"stopped by the agent after global rank {rank} failed"
-    span.links.append(_failure_link(failed))
-
-
-def _failure_link(failed: SpanRecord) -> SpanLink:
-    """A link to a failed worker's span, saying what it is."""
-    attrs: SpanAttributes = {A.STATE: WorkerState.FAILED.value}
-    rank = failed.attributes.get(A.GLOBAL_RANK)
-    if rank is not None:
-        attrs[A.GLOBAL_RANK] = rank
-    return SpanLink(failed.trace_id, failed.span_id, attrs)
-
-
-def agent_attributes(ev: ElasticEvent) -> SpanAttributes:
-    """The event attributes that belong on agent and worker spans."""
-    src = ev.attributes
-    return {k: src[k] for k in _SPAN_KEYS if k in src}
