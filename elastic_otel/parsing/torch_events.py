@@ -1,9 +1,10 @@
 """Parse what torch hands a logging handler into :class:`ElasticEvent`.
 
 torch logs ``Event.serialize()`` / ``RdzvEvent.serialize()`` (JSON strings); the documented
-``get_logging_handler(...).info(event)`` passes the objects themselves. Both become one
-:class:`ElasticEvent` with typed fields and a ready-to-emit attribute dict, built once and
-shared by the log record and the span model.
+``get_logging_handler(...).info(event)`` passes the objects themselves, and the agent
+instrumentation its :class:`~elastic_otel.parsing.records.AgentRecord` (an ``Event`` with typed
+facts beside it). All become one :class:`ElasticEvent` with typed fields and a ready-to-emit
+attribute dict, built once and shared by the log record and the span model.
 
 Anything else (invalid JSON, unknown shapes, ``None``, arbitrary objects) becomes an event of
 kind ``UNPARSED`` that keeps the original text, truncated, and says why. Nothing here raises
@@ -44,12 +45,14 @@ from typing import Any, TypeGuard
 from elastic_otel.names import attributes as A
 from elastic_otel.names.environment_variables import DEFAULT_RAW_LIMIT
 from elastic_otel.names.torch_names import AGENT_STEP_PREFIX, STATUS_PREFIX, NodeState
-
-AttrValue = str | bool | int | float | tuple[int, ...]
-"""An attribute value; the tuples are lists of global ranks (:data:`_RANK_LIST_METADATA`)."""
-Attributes = dict[str, AttrValue]
-
-"""Characters of unparseable input kept on the flagged record."""
+from elastic_otel.parsing.records import (
+    AgentRecord,
+    Attributes,
+    AttrValue,
+    ErrorInfo,
+    error_attributes,
+    error_from_message,
+)
 
 _MAX_INPUT_CHARS = 8 * 1024 * 1024
 """Larger messages are not JSON-decoded at all (they are flagged and truncated)."""
@@ -86,13 +89,6 @@ class RdzvAction(str, Enum):
     SHUTDOWN_FAILED = "shutdown_failed"
     FAILED = "failed"
     OTHER = "other"
-
-
-@dataclass(slots=True)
-class ErrorInfo:
-    type: str
-    message: str
-    stacktrace: str = ""
 
 
 @dataclass(slots=True)
@@ -134,8 +130,12 @@ def parse_event(
     """Normalise ``payload`` (JSON text, dict, ``Event``/``RdzvEvent`` or anything) into an event.
 
     ``created_ns`` is used when the event carries no timestamp of its own (torch's agent
-    events always have ``timestamp == 0``). Never raises.
+    events always have ``timestamp == 0``). An :class:`AgentRecord` is its ``event`` with the
+    record's attributes and error added. Never raises.
     """
+    record = payload if isinstance(payload, AgentRecord) else None
+    if record is not None:
+        payload = record.event
     try:
         data = _as_mapping(payload)
     except _Unparsed as e:
@@ -146,7 +146,7 @@ def parse_event(
         if "node_state" in data and "run_id" in data and "message" in data:
             return _rdzv_event(data, created_ns)
         if "name" in data and "source" in data:
-            return _event(data, created_ns)
+            return _event(data, created_ns, record)
     except _Unparsed as e:
         return _unparsed(_raw_text(payload, data), e.reason, created_ns, raw_limit)
     except Exception as e:  # defensive: a field of a type no torch version produces
@@ -214,7 +214,6 @@ def _json_int(digits: str) -> int | str:
 # [0-9], not \d: \d also matches "٣" (and int() would take it), which torch never writes.
 _INT = re.compile(r"-?[0-9]{1,18}")
 _ROUND = re.compile(r"round ([0-9]{1,18})")
-_EXCEPTION_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Timeout", "Failure")
 
 # Ordered: first match wins. Keyword tests are cheaper than one regex per action.
 _ACTIONS: tuple[tuple[str, RdzvAction], ...] = (
@@ -315,7 +314,7 @@ def _rdzv_event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
 
     error: ErrorInfo | None = None
     if node_state == NodeState.FAILED:
-        error = _error_from_message(message, _text(d.get("error_trace")))
+        error = error_from_message(message, _text(d.get("error_trace")))
         attrs.update(error_attributes(error))
     extra = {k: v for k, v in d.items() if k not in _RDZV_FIELDS}
     _put_extra(attrs, extra)
@@ -373,7 +372,7 @@ _RDZV_FIELDS = frozenset(
 _AGENT_SPECIAL = frozenset({"hostname", "raw_error", "metadata"})
 
 
-def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
+def _event(d: dict[str, Any], created_ns: int, record: AgentRecord | None = None) -> ElasticEvent:
     name = _text(d.get("name"))
     source = _enum_name(d.get("source"))
     ts = d.get("timestamp")
@@ -411,6 +410,8 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
         if key in _AGENT_SPECIAL or value is None:
             continue
         _put_field(attrs, typed, _text(key), value)
+    if record is not None:
+        _put_record_attributes(attrs, record)
     for key, value in nested.items():
         # torch wraps each per-worker value in a one-element list (tuples in JSON).
         if isinstance(value, list | tuple) and len(value) == 1:
@@ -429,7 +430,9 @@ def _event(d: dict[str, Any], created_ns: int) -> ElasticEvent:
     if group_rank is not None:
         attrs[A.RANK] = group_rank  # the node's rendezvous rank
 
-    error = _error_from_raw(md.get("raw_error"), attrs)
+    error = record.error if record is not None else None
+    if error is None:
+        error = _error_from_raw(md.get("raw_error"), attrs)
     if error is not None:
         attrs.update(error_attributes(error))
 
@@ -482,6 +485,15 @@ def _put_field(attrs: Attributes, typed: dict[str, int | float], key: str, value
         typed[key] = attrs[A.NS + key] = number
 
 
+def _put_record_attributes(attrs: Attributes, record: AgentRecord) -> None:
+    """The instrumentation's typed facts, where a serialized event's metadata would have them
+    (after torch's keys): ``None`` and empty rank lists left out, as in metadata."""
+    for key, value in record.attributes.items():
+        if value is None or value == ():
+            continue
+        attrs[key] = value if isinstance(value, tuple) else _attr_value(value)
+
+
 def _as_int(value: int | float | None) -> int | None:
     return value if isinstance(value, int) else None
 
@@ -510,41 +522,18 @@ def _error_from_raw(raw: object, attrs: Attributes) -> ErrorInfo | None:
             if isinstance(msg, dict):
                 extra = msg.get("extraInfo") if isinstance(msg.get("extraInfo"), dict) else {}
                 stack = _text(extra.get("py_callstack", "")) if extra else ""
-                return _error_from_message(_text(msg.get("message", "")), stack)
+                return error_from_message(_text(msg.get("message", "")), stack)
             if isinstance(msg, str) and msg and msg != "<NONE>":
-                return _error_from_message(msg, "")
+                return error_from_message(msg, "")
             return None  # torch's placeholder: the worker wrote no error file
     if text == "None" or text == "<NONE>":
         return None
     # An agent traceback: the last line names the exception.
     last = text.rsplit("\n", 1)[-1].strip()
-    err = _error_from_message(last, raw)
+    err = error_from_message(last, raw)
     if not err.type and last == "NoneType: None":
         return None  # traceback.format_exc() outside an except block
     return err
-
-
-def _error_from_message(message: str, stacktrace: str) -> ErrorInfo:
-    """ErrorInfo from "Type: message": a dotted identifier before ": " is the exception type
-    when it looks like one (…Error, …Exception, …) or when a stack trace confirms it was raised."""
-    head, sep, _ = message[:256].partition(": ")
-    if sep and all(part.isidentifier() for part in head.split(".")):
-        short = head.rsplit(".", 1)[-1]
-        if stacktrace or any(suffix in short for suffix in _EXCEPTION_SUFFIXES):
-            return ErrorInfo(type=head, message=message[len(head) + 2 :], stacktrace=stacktrace)
-    return ErrorInfo(type="", message=message, stacktrace=stacktrace)
-
-
-def error_attributes(error: ErrorInfo) -> dict[str, str]:
-    """The semantic-convention ``exception.*`` attributes of ``error`` (empty parts left out)."""
-    attrs: dict[str, str] = {}
-    if error.type:
-        attrs[A.EXCEPTION_TYPE] = error.type
-    if error.message:
-        attrs[A.EXCEPTION_MESSAGE] = error.message
-    if error.stacktrace:
-        attrs[A.EXCEPTION_STACKTRACE] = error.stacktrace
-    return attrs
 
 
 def _flag_invalid(attrs: Attributes, key: str, raw: object) -> None:
@@ -644,9 +633,8 @@ def _opt_int(value: object) -> int | None:
 
 
 def _rank_list(value: object) -> tuple[int, ...] | None:
-    """Global ranks: ``"1,2"`` (as the agent instrumentation writes them, torch's metadata
-    holding scalars only), a list of them, or one → ``(1, 2)``; ``()`` for ``""``; ``None``
-    when a part is not a rank."""
+    """Global ranks: ``"1,2"`` (torch's metadata holds scalars only), a list of them, or one
+    → ``(1, 2)``; ``()`` for ``""``; ``None`` when a part is not a rank."""
     if isinstance(value, str):
         parts: list[object] = [p for p in value.split(",") if p.strip()]
     elif isinstance(value, list | tuple):

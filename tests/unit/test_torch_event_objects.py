@@ -16,6 +16,7 @@ from torch.distributed.elastic.events import Event, EventSource, NodeState, Rdzv
 
 from elastic_otel.model.logs import to_log
 from elastic_otel.names import attributes as A
+from elastic_otel.parsing.records import AgentRecord, ErrorInfo, error_from_message
 from elastic_otel.parsing.torch_events import EventKind, RdzvAction, parse_event
 from tests.support import event_json as literals
 
@@ -188,3 +189,46 @@ def test_python_values_in_metadata_read_as_their_json() -> None:
     assert from_object["torchelastic.ranks"] == "[1, 2]"
     assert from_object["torchelastic.cfg"] == '{"lr": 0.1}'
     assert from_object == parse_event(event.serialize(), 1).attributes
+
+
+# --- the agent instrumentation's records ----------------------------------------------------
+
+
+def _with_metadata(event: Event, facts: dict[str, object]) -> Event:
+    """``event`` with ``facts`` in its metadata, as a serialized event would carry them."""
+    return Event(event.name, event.source, event.timestamp, {**event.metadata, **facts})  # type: ignore[dict-item]
+
+
+def test_a_record_parses_as_its_facts_in_the_events_metadata_would() -> None:
+    """A worker outcome: the typed facts and error land where metadata keys and torch's error
+    file would have put them, in the same order, with the same values."""
+    stack = 'Traceback (most recent call last):\n  File "train.py", line 30\n'
+    error = error_from_message("RuntimeError: injected failure on rank 1", stack)
+    facts = {A.FAILURE_KIND: A.KIND_ROOT_CAUSE, A.LAST_WORDS: "bye", A.OOM_KILL: None}
+    record = AgentRecord(worker("FAILED", None, 1_700_000_000_000), facts, error)
+    error_file = {"message": {"message": f"{error.type}: {error.message}"}}
+    error_file["message"]["extraInfo"] = {"py_callstack": stack}  # type: ignore[index]
+    serialized = _with_metadata(
+        worker("FAILED", json.dumps(error_file), 1_700_000_000_000),
+        {"failure.kind": A.KIND_ROOT_CAUSE, "last_words": "bye"},
+    ).serialize()
+    typed, text = parse_event(record, 1), parse_event(serialized, 1)
+    assert typed == text
+    assert list(typed.attributes.items()) == list(text.attributes.items())
+    assert typed.error == ErrorInfo("RuntimeError", "injected failure on rank 1", stack)
+
+
+def test_a_records_rank_lists_are_int_arrays_and_empty_ones_left_out() -> None:
+    facts = {A.STALLED_RANKS: (1, 2), A.STALLED_WAITING: (), A.STALLED_SECONDS: 12.5}
+    event = Event("torchelastic.stalled", EventSource.AGENT, 1_700_000_000_000, {})
+    typed = parse_event(AgentRecord(event, facts), 1)
+    metadata = {"stalled.ranks": "1,2", "stalled.waiting": "", "stalled.seconds": 12.5}
+    assert typed == parse_event(_with_metadata(event, metadata).serialize(), 1)
+    assert typed.attributes[A.STALLED_RANKS] == (1, 2)
+    assert A.STALLED_WAITING not in typed.attributes
+
+
+def test_without_an_error_a_record_reads_torchs_error_file() -> None:
+    typed = parse_event(AgentRecord(worker("FAILED", ERROR_FILE)), 1)
+    assert typed == parse_event(worker("FAILED", ERROR_FILE), 1)
+    assert typed.error is not None and typed.error.type == "RuntimeError"
