@@ -101,8 +101,9 @@ class _HashOnceResource(Resource):
     """A Resource that computes its hash once.
 
     The SDK's OTLP encoders group records by resource, hashing it once per record, and
-    ``Resource.__hash__`` serializes every attribute to JSON each time (~6 µs, ~5 % of an
-    event's CPU). A Resource never changes after creation, so its hash cannot either.
+    ``Resource.__hash__`` serializes every attribute to JSON each time (a share of an event's
+    CPU worth saving: ``BENCHMARKS.md`` §3). A Resource never changes after creation, so its
+    hash cannot either.
     """
 
     def __hash__(self) -> int:

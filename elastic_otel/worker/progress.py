@@ -27,11 +27,11 @@ while the worker runs, hangs, or after it died.
 
 What it costs the training thread shapes this module (numbers in ``BENCHMARKS.md``, section
 9, from ``benchmarks/training.py``). Each field changed is one aligned 8-byte store through a
-``memoryview`` of the mapping (~40 ns), about half a ``struct.pack_into`` call, which besides
-zeroes its whole span before writing it; leaving a collective stores two words, outside the
+``memoryview`` of the mapping, cheaper than a ``struct.pack_into`` call, which besides zeroes
+its whole span before writing it; leaving a collective stores two words, outside the
 seqlock (the reader's docstring says why that is safe). Each wrapper is generated with the
 collective's own parameters and passes them on by position, as a hand-written one would:
-forwarding ``*args, **kwargs`` costs a fifth of a microsecond more. Unarmed (outside a bridged
+forwarding ``*args, **kwargs`` costs measurably more. Unarmed (outside a bridged
 agent) nothing is wrapped and :func:`mark_step` is one global check.
 """
 
