@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from elastic_otel.cli.timeline.summary import render_summary, summarize, union_ns
+from elastic_otel.cli.timeline.analysis.items import union_ns
+from elastic_otel.cli.timeline.analysis.runs import summarize
+from elastic_otel.cli.timeline.render.summary import render_summary
 from elastic_otel.names import attributes as A
 
 S = 1_000_000_000

@@ -1,7 +1,9 @@
-"""The per-round, per-node timeline: terminal tables, the CLI, and the HTML page in Chromium."""
+"""The per-round, per-node timeline: its analysis, the terminal tables, the CLI, and the HTML
+page in Chromium."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -16,8 +18,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from elastic_otel.cli.otlp_json_reader import read_otlp_json as read
-from elastic_otel.cli.timeline.build import build_timeline, render_text
-from elastic_otel.cli.timeline.html import render_html
+from elastic_otel.cli.timeline.analysis.build import build_timeline
+from elastic_otel.cli.timeline.analysis.timeline import AFTER_FAILURE, RoundOutcome
+from elastic_otel.cli.timeline.render.html import render_html
+from elastic_otel.cli.timeline.render.phrases import outcome_text, restart_note
+from elastic_otel.cli.timeline.render.text import render_text
 from elastic_otel.emit.emitter import Emitter
 from elastic_otel.emit.otlp_json import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter
 from elastic_otel.model.trace_model import TraceModel
@@ -232,6 +237,39 @@ def test_without_rendezvous_events_rounds_fall_back_to_restarts(tmp_path: Path) 
     assert states.count("SUCCEEDED") == 4 and states.count("REPLACED") == 2
     nodes = {n.label for r in timeline.rounds for n in r.nodes}
     assert len(nodes) == 2  # one per agent process, from the resource
+
+
+def test_the_analysis_is_data_the_renderers_put_in_words(recorded: Path) -> None:
+    """The recorded job analysed, not rendered: round 0 lost its workers to rank 1's failure
+    and its group was replaced, round 1 is the restart after it and the job succeeded; the
+    words for that are the renderers' alone."""
+    timeline = build_timeline(*read(recorded))
+    first, second = timeline.rounds
+    assert first.began_after == "" and first.failed
+    assert first.outcome == RoundOutcome(worker_failure=True, group_restarted=True)
+    assert (second.began_after, second.agent_restarts) == (AFTER_FAILURE, 1)
+    assert second.outcome == RoundOutcome(job_succeeded=True) and not second.failed
+    assert timeline.run_ids == ["job-cap"] and timeline.worker_runs == 8
+    assert restart_note(first) == "" and restart_note(second) == (
+        "RESTART after a failure (agent restarts: 1)"
+    )
+    assert outcome_text(first) == "worker failure: worker group restarted"
+    assert outcome_text(second) == "job succeeded"
+
+
+def test_the_analysis_never_imports_the_renderers() -> None:
+    """Imports run one way: rendering reads the analysis' results, never the reverse."""
+    analysis = ROOT / "elastic_otel/cli/timeline/analysis"
+    imported = set()
+    for path in analysis.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+    assert "elastic_otel.cli.timeline.analysis.items" in imported  # the walk sees the imports
+    assert sorted(m for m in imported if m.startswith("elastic_otel.cli.timeline.render")) == []
+    assert "html" not in imported
 
 
 def test_cli_prints_the_timeline_and_writes_html(recorded: Path, tmp_path: Path) -> None:

@@ -18,8 +18,11 @@ from typing import Any
 import pytest
 
 from elastic_otel.cli.otlp_json_reader import read_otlp_json
-from elastic_otel.cli.timeline.build import Timeline, build_timeline, render_text
-from elastic_otel.cli.timeline.html import render_html, timeline_data
+from elastic_otel.cli.timeline.analysis.build import build_timeline
+from elastic_otel.cli.timeline.analysis.timeline import Timeline
+from elastic_otel.cli.timeline.render.chart import timeline_data
+from elastic_otel.cli.timeline.render.html import render_html
+from elastic_otel.cli.timeline.render.text import render_text
 from elastic_otel.model.stalls import STALL_EVENT_NAME, STALL_STATE, TRAINING
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import WORKER_STACKS_EVENT

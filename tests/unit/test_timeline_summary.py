@@ -5,8 +5,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from elastic_otel.cli.timeline.build import build_timeline, render_text
-from elastic_otel.cli.timeline.html import render_html
+from elastic_otel.cli.timeline.analysis.build import build_timeline
+from elastic_otel.cli.timeline.render.html import render_html
+from elastic_otel.cli.timeline.render.text import render_text
 from elastic_otel.names import attributes as A
 
 MS = 1_000_000
