@@ -507,7 +507,7 @@ def _dump_variant(v: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     import socket
 
     import elastic_otel
-    from elastic_otel.integration.agent_instrumentation import _report_stacks_and_stall
+    from elastic_otel.integration.agent_events import report_stacks_and_stall
     from elastic_otel.integration.training_watch import REASON_TRAINING, TrainingWatch, _Group
     from elastic_otel.model.stalls import RankProgress, training_stall
 
@@ -536,7 +536,7 @@ def _dump_variant(v: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
 
             def report(reason: str, stacks: list[tuple[Any, str]], stall: Any, dumps: Any) -> None:
                 texts.append([text for _, text in stacks])
-                _report_stacks_and_stall(agent, bridge, reason, stacks, stall, dumps)
+                report_stacks_and_stall(agent, bridge, reason, stacks, stall, dumps)
 
             watch = TrainingWatch()
             group = _Group(watched, report, int(after_s * 1e9), dict)

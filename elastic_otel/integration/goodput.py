@@ -1,15 +1,15 @@
 """The agent's goodput accounting, fed by what the instrumented agent sees.
 
-:class:`GoodputWatch` (one per agent process, :data:`GOODPUT`) keeps a
-:class:`~elastic_otel.model.goodput.GoodputLedger` per agent: an attempt begins when torch
-starts the workers (:func:`started`), the training watch passes its readings of the workers'
-progress records (stall intervals), and the attempt ends when the agent begins a restart, when
-its workers succeeded and the exit barrier is passed, or when they failed with no restart left
-(:func:`ended`). Then the records of that attempt's workers are read once more (they outlive the
-workers: a dead worker's last step and checkpoint are still there), the ledger accounts for it,
-and the node that ran global rank 0 reports the summary through ``report`` (the agent
-instrumentation turns it into a ``torchelastic.goodput`` log record). The metrics read
-:meth:`GoodputWatch.points` at each collection.
+:class:`GoodputWatch`, which the agent instrumentation holds, keeps one :class:`AgentGoodput`
+per agent, on the agent's state: an attempt begins when torch starts the workers
+(:meth:`~GoodputWatch.started`), the training watch passes its readings of the workers' progress
+records (stall intervals), and the attempt ends when the agent begins a restart, when its
+workers succeeded and the exit barrier is passed, or when they failed with no restart left
+(:meth:`~GoodputWatch.ended`). Then the records of that attempt's workers are read once more
+(they outlive the workers: a dead worker's last step and checkpoint are still there), the
+ledger accounts for it, and the node that ran global rank 0 reports the summary through
+``report`` (a ``torchelastic.goodput`` log record). The metrics read :meth:`GoodputWatch.points`
+at each collection. Design: docs/goodput.md.
 
 ``ELASTIC_OTEL_GOODPUT=false`` turns it off (nothing is created); without the worker start-up
 there are no records, so no marked step: the first attempt is start-up until a failure, the rest
@@ -24,7 +24,6 @@ import time
 import weakref
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from elastic_otel.emit.goodput_metrics import GoodputPoint
 from elastic_otel.integration.training_watch import WatchedWorker
@@ -37,11 +36,13 @@ Report = Callable[[Summary], None]
 
 ACTIVATED_NS = time.time_ns()
 """When this module was loaded: the agent's activation, near torchrun's start (the job's
-wall time begins here unless :meth:`GoodputWatch.set_start` says otherwise)."""
+wall time begins here unless :attr:`GoodputWatch.start_ns` says otherwise)."""
 
 
-@dataclass(slots=True)
-class _AgentGoodput:
+@dataclass(eq=False)
+class AgentGoodput:
+    """One agent's ledger, and what it needs to report and read its attempt."""
+
     ledger: GoodputLedger
     run_id: str
     report: Report
@@ -49,53 +50,52 @@ class _AgentGoodput:
 
 
 class GoodputWatch:
-    """The agent process's goodput ledgers (see the module docstring)."""
+    """The ledgers of the agents of this process (see the module docstring)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._agents: MutableMapping[Any, _AgentGoodput] = weakref.WeakKeyDictionary()
+        # every agent's ledger while its agent's state has it (a weak set, in order)
+        self._ledgers: MutableMapping[AgentGoodput, None] = weakref.WeakKeyDictionary()
         self.start_ns = ACTIVATED_NS
 
     def started(
         self,
-        agent: Any,
+        entry: AgentGoodput | None,
         run_id: str,
         workers: list[WatchedWorker],
         stall_after_s: float,
         report: Report,
-    ) -> None:
-        """torch started ``workers`` for ``agent``: the current attempt has them."""
+    ) -> AgentGoodput:
+        """torch started ``workers`` for the agent whose ledger is ``entry`` (``None``: it has
+        none yet): the current attempt has them. The agent's ledger, to keep."""
         with self._lock:
-            entry = self._agents.get(agent)
             if entry is None:
                 stall_ns = int(stall_after_s * 1e9) if stall_after_s > 0 else 0
-                entry = _AgentGoodput(GoodputLedger(self.start_ns, stall_ns), run_id, report)
-                self._agents[agent] = entry
+                entry = AgentGoodput(GoodputLedger(self.start_ns, stall_ns), run_id, report)
+                self._ledgers[entry] = None
             entry.run_id, entry.report = run_id, report
             entry.workers = [(w.global_rank, w.pid, w.directory) for w in workers]
             entry.ledger.begin(w.global_rank for w in workers)
+            return entry
 
-    def observe(self, agent: Any, now_ns: int, readings: list[WorkerProgress]) -> None:
+    def observe(self, entry: AgentGoodput, now_ns: int, readings: list[WorkerProgress]) -> None:
         """The training watch read the workers' records (stalls)."""
         with self._lock:
-            entry = self._agents.get(agent)
-            if entry is not None:
-                entry.ledger.observe(now_ns, readings)
+            entry.ledger.observe(now_ns, readings)
 
     def ended(
         self,
-        agent: Any,
+        entry: AgentGoodput,
         end_ns: int,
         lost: bool,
         final: bool,
         failure_ns: int | None = None,
     ) -> Summary | None:
-        """The current attempt of ``agent`` ended at ``end_ns``; ``lost``: the progress after
-        its last checkpoint is lost (a restart follows, or the job failed). Reports it when
-        this node ran global rank 0; the summary (``None``: no attempt under way)."""
+        """The current attempt of ``entry``'s agent ended at ``end_ns``; ``lost``: the progress
+        after its last checkpoint is lost (a restart follows, or the job failed). Reports it
+        when this node ran global rank 0; the summary (``None``: no attempt under way)."""
         with self._lock:
-            entry = self._agents.get(agent)
-            if entry is None or not entry.ledger.open:
+            if not entry.ledger.open:
                 return None
             readings = _read(entry.workers)
             summary = entry.ledger.end(end_ns, readings, lost, failure_ns, final)
@@ -107,7 +107,7 @@ class GoodputWatch:
         """What the metrics export now: per agent of this process that reports."""
         now = time.time_ns()
         with self._lock:
-            entries = list(self._agents.values())
+            entries = list(self._ledgers)
         out = []
         for entry in entries:
             ledger = entry.ledger
@@ -122,10 +122,6 @@ class GoodputWatch:
             out.append(GoodputPoint(entry.run_id, ratio, dict(reported.badput_s)))
         return out
 
-    def clear(self) -> None:
-        with self._lock:
-            self._agents = weakref.WeakKeyDictionary()
-
 
 def _read(workers: list[tuple[int, int, str]]) -> list[WorkerProgress]:
     """The records of these workers that are theirs (a pid that matches)."""
@@ -139,7 +135,3 @@ def _read(workers: list[tuple[int, int, str]]) -> list[WorkerProgress]:
         if record is not None and record.pid == pid:
             out.append(record)
     return out
-
-
-GOODPUT = GoodputWatch()
-"""The agent process's goodput accounting."""

@@ -55,11 +55,11 @@ class Registration:
     def __init__(
         self,
         handler: OtelHandler,
-        agent: agent_instrumentation.AgentInstrumentation = agent_instrumentation.AGENT,
+        agent: agent_instrumentation.AgentInstrumentation | None = None,
     ) -> None:
         self.handler = handler
         self.settings: Settings = handler.settings
-        self.agent = agent
+        self.agent = agent if agent is not None else agent_instrumentation.AgentInstrumentation()
         self._lock = threading.RLock()
         # torch's registry entries this registration replaced: destination → what was there (None:
         # nothing was), to put back while the entry is still ours.
@@ -114,7 +114,9 @@ class Registration:
     def _install_metrics(self) -> None:
         if self.metrics is not None:
             return
-        installation = metrics.TorchMetrics(self.handler, self.settings)
+        installation = metrics.TorchMetrics(
+            self.handler, self.settings, watch=self.agent.watch, goodput=self.agent.goodput
+        )
         if installation.install():
             self.metrics = installation
 

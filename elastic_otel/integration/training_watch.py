@@ -4,7 +4,7 @@ Every worker the instrumented agent starts keeps a small progress record beside 
 (:mod:`elastic_otel.worker.progress`, armed by the worker start-up: which collective it is in
 and since when, how many it entered, the step the script marks) and answers a signal with
 every thread's Python stack, written by ``faulthandler`` into a file there: no ptrace, no
-code in the training script. :class:`TrainingWatch`, one per agent process (:data:`WATCH`),
+code in the training script. :class:`TrainingWatch`, which the agent instrumentation holds,
 reads those records on a thread of its own every few seconds and:
 
 * reports a **training stall** when no local rank made progress for
@@ -136,7 +136,8 @@ class TrainingWatch:
         self.current = 0.0
         """Seconds of the longest training stall under way (0: none), for the gauge."""
         if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._after_fork)
+            after_fork = weakref.WeakMethod(self._after_fork)  # not kept alive by the hook
+            os.register_at_fork(after_in_child=lambda: _call(after_fork))
 
     def watch(
         self,
@@ -376,5 +377,7 @@ def _size(path: str) -> int:
         return 0
 
 
-WATCH = TrainingWatch()
-"""The agent process's watch (its workers, like its agent, are process-wide)."""
+def _call(method: weakref.WeakMethod[Callable[[], None]]) -> None:
+    bound = method()
+    if bound is not None:
+        bound()

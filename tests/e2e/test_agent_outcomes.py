@@ -115,18 +115,27 @@ def _agent_methods() -> list[object]:
     ]
 
 
+def _instrumentation() -> agent_instrumentation.AgentInstrumentation:
+    """A new instrumentation, with torch's methods put back first (a registration in this
+    process may have wrapped them)."""
+    installed = agent_instrumentation.AgentInstrumentation.installed()
+    if installed is not None:
+        installed.uninstrument()
+    return agent_instrumentation.AgentInstrumentation()
+
+
 def test_instrument_wraps_and_unregister_unwraps() -> None:
-    agent_instrumentation.uninstrument()
+    agent = _instrumentation()
     originals = _agent_methods()
     try:
-        assert agent_instrumentation.instrument()
+        assert agent.instrument()
         wrapped = _agent_methods()
         assert all(w is not o for w, o in zip(wrapped, originals, strict=True))
         assert [w.__name__ for w in wrapped] == [o.__name__ for o in originals]  # type: ignore[attr-defined]
-        assert agent_instrumentation.instrument()  # idempotent: not wrapped twice
+        assert agent.instrument()  # idempotent: not wrapped twice
         assert _agent_methods() == wrapped
     finally:
-        agent_instrumentation.uninstrument()
+        agent.uninstrument()
     assert _agent_methods() == originals
 
 
@@ -135,11 +144,11 @@ def test_other_torch_internals_fall_back_with_one_debug_line(
 ) -> None:
     from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
 
-    agent_instrumentation.uninstrument()
+    agent = _instrumentation()
     originals = _agent_methods()[:2]
     monkeypatch.delattr(SimpleElasticAgent, "_exit_barrier")
     with caplog.at_level(logging.DEBUG, logger="elastic_otel"):
-        assert not agent_instrumentation.instrument()
+        assert not agent.instrument()
     assert [r.getMessage() for r in caplog.records if r.name == "elastic_otel"] == [
         "elastic-otel: agent not instrumented: SimpleElasticAgent._exit_barrier not found"
     ]
@@ -148,7 +157,7 @@ def test_other_torch_internals_fall_back_with_one_debug_line(
     # nothing half-wrapped: the bridge falls back to torch's own events
     assert LocalElasticAgent.__dict__["_monitor_workers"] is originals[0]
     assert LocalElasticAgent.__dict__["_stop_workers"] is originals[1]
-    assert not agent_instrumentation.instrumented()
+    assert not agent.instrumented
 
 
 def test_untested_torch_versions_are_left_alone_unless_asked(
@@ -156,15 +165,15 @@ def test_untested_torch_versions_are_left_alone_unless_asked(
 ) -> None:
     import torch
 
-    agent_instrumentation.uninstrument()
+    agent = _instrumentation()
     originals = _agent_methods()
     monkeypatch.setattr(torch, "__version__", "2.12.0")
     with caplog.at_level(logging.DEBUG, logger="elastic_otel"):
-        assert not agent_instrumentation.instrument()
+        assert not agent.instrument()
     assert _agent_methods() == originals
     assert "torch 2.12 is not a version it was tested with" in caplog.text
     try:
-        assert agent_instrumentation.instrument(force=True)  # ELASTIC_OTEL_AGENT_INSTRUMENTATION
+        assert agent.instrument(force=True)  # ELASTIC_OTEL_AGENT_INSTRUMENTATION
         assert _agent_methods() != originals
     finally:
-        agent_instrumentation.uninstrument()
+        agent.uninstrument()

@@ -1,5 +1,6 @@
-"""The recorded shapes of torch's elastic internals (``integration/torch_shapes.py``) against the
-installed torch and against what the agent instrumentation checks before it wraps anything.
+"""The recorded shapes of torch's elastic internals (``tests/support/torch_shapes.py``) against
+the installed torch, against what the agent instrumentation wraps (its table, ``WRAPPED``) and
+checks before it wraps anything, and against docs/torch-versions.md.
 
 Why: the wrappers rely on private methods, attributes and call orders of torch's agent; a torch
 release that changes one must fail here, naming what changed, before it misleads a trace. A
@@ -16,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from elastic_otel.integration import agent_instrumentation, torch_shapes
-from elastic_otel.integration.torch_shapes import (
+from elastic_otel.integration import agent_instrumentation
+from elastic_otel.integration.agent_instrumentation import AgentInstrumentation, shape_problem
+from tests.support.torch_shapes import (
     RELEASES,
     REQUIREMENTS,
     SHAPES,
@@ -30,7 +32,7 @@ from elastic_otel.integration.torch_shapes import (
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "torch-versions.md"
 RECORD_HOW = (
-    "python -c 'from elastic_otel.integration.torch_shapes import shape_of_installed_torch as s; "
+    "python -c 'from tests.support.torch_shapes import shape_of_installed_torch as s; "
     "print(s())' with that torch installed, or shape_of_source() on its unpacked wheel "
     "(docs/torch-versions.md)"
 )
@@ -46,27 +48,29 @@ def _recorded(version: tuple[int, int]) -> dict[str, tuple[str, ...]]:
     if version not in SHAPES:
         pytest.fail(
             f"torch {version[0]}.{version[1]} is not in the table: record its shapes in "
-            f"elastic_otel/integration/torch_shapes.py ({RECORD_HOW})"
+            f"tests/support/torch_shapes.py ({RECORD_HOW})"
         )
     return SHAPES[version]
 
 
-def _targets(monkeypatch: pytest.MonkeyPatch) -> list[tuple[type, str, Any, int]]:
-    """The ``targets`` :meth:`AgentInstrumentation.instrument` hands to ``_shape_problem``,
-    caught there: the check answers with a problem, so nothing is wrapped."""
-    caught: list[tuple[type, str, Any, int]] = []
+def _targets(classes: dict[str, type]) -> list[tuple[type, str, Any, int]]:
+    """The targets :meth:`AgentInstrumentation.instrument` hands to ``shape_problem``: the
+    table's methods of ``classes`` (by name), with the number of parameters each takes."""
+    return [
+        (classes[m.owner], m.name, None, len(m.parameters)) for m in agent_instrumentation.WRAPPED
+    ]
 
-    def catch(agent_cls: type, targets: list[tuple[type, str, Any, int]]) -> str:
-        caught.extend(targets)
-        return "caught by the test"
 
-    monkeypatch.setattr(agent_instrumentation, "_shape_problem", catch)
-    assert not agent_instrumentation.AgentInstrumentation().instrument(
-        force=True,
-        handler=object(),  # type: ignore[arg-type]  # the wrappers are made, never called
-    )
-    assert caught, "instrument() did not reach the shape check"
-    return caught
+def _torch_classes() -> dict[str, type]:
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+    from torch.distributed.elastic.multiprocessing.api import PContext
+
+    return {
+        "SimpleElasticAgent": SimpleElasticAgent,
+        "LocalElasticAgent": LocalElasticAgent,
+        "PContext": PContext,
+    }
 
 
 # --- the installed torch ------------------------------------------------------------------------
@@ -93,29 +97,51 @@ def test_reading_the_source_agrees_with_inspect() -> None:
     assert differences(shape_of_installed_torch(), from_source) == []
 
 
-def test_shape_check_targets_are_the_tables(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The seven methods ``instrument`` wraps, and the arity ``_shape_problem`` checks for
-    each, are the table's: every release the table calls instrumentable has that arity."""
+def test_instrument_wraps_exactly_the_table() -> None:
+    """What ``instrument`` replaces in torch's classes is the table's methods, no other."""
     _installed()
-    targets = _targets(monkeypatch)
-    arities = {f"{cls.__name__}.{name}": arity for cls, name, _, arity in targets}
-    assert sorted(arities) == sorted(WRAPPED)
-    expected = {key: values for key, relation, values, _, _ in REQUIREMENTS if key in WRAPPED}
-    assert arities == {key: len(values) for key, values in expected.items()}
+    installed = AgentInstrumentation.installed()  # a registration in this process, maybe
+    if installed is not None:
+        installed.uninstrument()
+    classes = _torch_classes()
+    before = {name: dict(vars(cls)) for name, cls in classes.items()}
+    agent = AgentInstrumentation()
+    try:
+        assert agent.instrument(force=True, handler=object())  # type: ignore[arg-type]
+        changed = sorted(
+            f"{name}.{attr}"
+            for name, cls in classes.items()
+            for attr, value in vars(cls).items()
+            if before[name].get(attr) is not value
+        )
+    finally:
+        agent.uninstrument()
+    assert changed == sorted(WRAPPED)
+    assert {name: dict(vars(cls)) for name, cls in classes.items()} == before
+
+
+def test_wrapped_parameters_are_the_tables() -> None:
+    """The parameters each wrapper takes are the ones the table requires, and every release
+    the table calls instrumentable has them."""
+    wrapped = {f"{m.owner}.{m.name}": m.parameters for m in agent_instrumentation.WRAPPED}
+    expected = {key: values for key, _, values, _, _ in REQUIREMENTS if key in WRAPPED}
+    assert wrapped == expected
     for version, shape in SHAPES.items():
         if not problems(shape):
-            assert {key: len(shape[key]) for key in WRAPPED} == arities, version
+            assert {key: len(shape[key]) for key in WRAPPED} == {
+                key: len(values) for key, values in wrapped.items()
+            }, version
 
 
-def test_shape_check_agrees_with_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``_shape_problem`` on the installed torch passes exactly when the table finds the
+def test_shape_check_agrees_with_the_table() -> None:
+    """``shape_problem`` on the installed torch passes exactly when the table finds the
     wrapped methods and ``_construct_event`` as the wrappers need them."""
     recorded = _recorded(_installed())
-    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
-
-    shape_problem = agent_instrumentation._shape_problem  # before _targets replaces it
-    targets = _targets(monkeypatch)
-    found = shape_problem(SimpleElasticAgent, targets)
+    installed = AgentInstrumentation.installed()
+    if installed is not None:
+        installed.uninstrument()  # a wrapped method is a problem of its own
+    classes = _torch_classes()
+    found = shape_problem(classes["SimpleElasticAgent"], _targets(classes))
     checked = (*WRAPPED, "SimpleElasticAgent._construct_event")
     table = [p for p in problems(recorded) if p.startswith(checked)]
     assert (found == "") == (table == []), (found, table)
@@ -133,17 +159,13 @@ def _shaped_like(shape: dict[str, tuple[str, ...]], keys: tuple[str, ...]) -> di
     return {owner: type(owner, (), body) for owner, body in methods.items()}
 
 
-def test_shape_check_agrees_with_every_recorded_release(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``_shape_problem``, run on stand-ins shaped like each release in the table, refuses
+def test_shape_check_agrees_with_every_recorded_release() -> None:
+    """``shape_problem``, run on stand-ins shaped like each release in the table, refuses
     exactly the releases whose recorded signatures the table says the wrappers cannot take."""
-    _installed()
-    shape_problem = agent_instrumentation._shape_problem
-    targets = _targets(monkeypatch)
     checked = (*WRAPPED, "SimpleElasticAgent._construct_event")
     for version, shape in SHAPES.items():
         fakes = _shaped_like(shape, checked)
-        faked = [(fakes[cls.__name__], name, wrap, arity) for cls, name, wrap, arity in targets]
-        found = shape_problem(fakes["SimpleElasticAgent"], faked)
+        found = shape_problem(fakes["SimpleElasticAgent"], _targets(fakes))
         table = [p for p in problems(shape) if p.startswith(checked)]
         assert (found == "") == (table == []), (version, found, table)
 
@@ -181,15 +203,15 @@ def test_tested_torch_is_in_the_table_and_instrumentable() -> None:
     assert tested and all(not problems(SHAPES[v]) for v in tested)
 
 
-def test_differences_docstring_matches_the_table() -> None:
-    """Each release the DIFFERENCES table says changed nothing ("table: none") has the shape
-    of the one before, and each other one does not."""
-    doc = torch_shapes.__doc__ or ""
-    said = dict(re.findall(r"^ {4}(\d+\.\d+) +(\S.*)$", doc, flags=re.MULTILINE))
+def test_the_versions_page_history_matches_the_table() -> None:
+    """Each release docs/torch-versions.md says changed nothing in the table ("none") has the
+    shape of the one before, and each other one does not."""
+    section = DOC.read_text().split("\n## Changes, release by release\n")[1].split("\n## ")[0]
+    said = dict(re.findall(r"^\| (\d+\.\d+) \| ([^|]*?) \|", section, flags=re.MULTILINE))
     versions = sorted(SHAPES)
     assert sorted(said) == sorted(f"{a}.{b}" for a, b in versions)
     for before, version in itertools.pairwise(versions):
-        unchanged = said[f"{version[0]}.{version[1]}"].startswith("table: none")
+        unchanged = said[f"{version[0]}.{version[1]}"] == "none"
         assert unchanged == (SHAPES[before] == SHAPES[version]), version
 
 

@@ -1,12 +1,14 @@
-"""The shape of torch's elastic internals that the agent instrumentation touches, per release.
+"""The shape of torch's elastic internals that the agent instrumentation touches, per release:
+test support for ``tests/unit/test_torch_shapes.py``.
 
-:mod:`elastic_otel.integration.agent_instrumentation` wraps seven private methods of torch's
-agent and reads private attributes and orders of calls: nothing in torch keeps them stable.
-:data:`SHAPES` records what each torch minor release from 2.4 on has, read from its wheel
-(``docs/torch-versions.md`` says how), and :func:`shape_of_installed_torch` computes the same
-keys from the installed torch, so a test can tell when a release changed something the wrappers
-rely on, and name it. :data:`REQUIREMENTS` says which values the wrappers need
-(:func:`problems`) and which only make them report more (:func:`limitations`).
+The agent instrumentation wraps private methods of torch's agent (its table,
+:data:`elastic_otel.integration.agent_instrumentation.WRAPPED`) and reads private attributes and
+orders of calls: nothing in torch keeps them stable. :data:`SHAPES` records what each torch minor
+release from 2.4 on has, read from its wheel (docs/torch-versions.md says how, and what changed
+release by release), and :func:`shape_of_installed_torch` computes the same keys from the
+installed torch, so a test can tell when a release changed something the wrappers rely on, and
+name it. :data:`REQUIREMENTS` says which values the wrappers need (:func:`problems`) and which
+only make them report more (:func:`limitations`).
 
 Keys and values (all ``tuple[str, ...]``):
 
@@ -20,35 +22,6 @@ Keys and values (all ``tuple[str, ...]``):
   hand the workers' environments to the watchdog and to ``start_processes``, the names in
   ``events/handlers.py``, the ``torchrun.*`` entry-point groups torch loads, torchrun's
   ``--event-log-handler`` spellings.
-
-DIFFERENCES (each release against the one before; 2.4 is the base). "Table" rows change a key
-of :data:`SHAPES`; "also" rows are changes inside the methods the bridge touches that leave its
-keys alone (read in the wheels, for whoever changes the wrappers)::
-
-    2.4   base. _stop_workers(self, worker_group, is_restart) (_restart_workers passes
-          is_restart=True; the wrapper takes one argument: the shape check refuses); WorkerSpec
-          has no event_log_handler and torchrun no --event-log-handler (the agent records its
-          events to ``null``); no torchrun.handlers group (no zero-code activation);
-          SubprocessContext._poll captures failures only before close() (the workers torch stops
-          are not in RunResult.failures); _construct_event has no exit_code / worker_pid
-    2.5   table: none. also: _start_workers logs use_agent_store
-    2.6   table: rendezvous/registry.py loads the ``torchrun.handlers`` entry points
-    2.7   table: none. also: typing only (Dict -> dict)
-    2.8   table: _stop_workers(self, worker_group) (is_restart gone, and from _shutdown);
-          WorkerSpec.event_log_handler; torchrun --event-log-handler / --event_log_handler.
-          also: START events and worker events go to spec.event_log_handler
-    2.9   table: none. also: start_processes(..., numa_options=...)
-    2.10  table: _poll captures failures again after close() (stopped workers are reported:
-          SIGTERM/SIGKILL "for bookkeeping"); _construct_event(..., exit_code, worker_pid).
-          also: LOCAL_RANK set by _set_local_rank_env; PContext.close stops filtered tails
-    2.11  table: none. also: the watchdog file goes to tempfile.gettempdir()
-    2.12  table: none. also: _shutdown(death_sig, timeout) calls close(death_sig, timeout)
-          (positional: the close wrapper passes both on); _exit_barrier sets
-          self._in_exit_barrier; asserts become ``raise AssertionError``
-    2.13  table: none. also: _monitor_workers may return UNHEALTHY (no failures) for a worker
-          stuck in D-state; SubprocessContext._close waits at most ``timeout`` after SIGKILL
-    2.14  table: none. also: _start_workers' log prefix may name the host
-    2.15  table: none; no change in the functions compared
 """
 
 from __future__ import annotations
@@ -58,18 +31,12 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from elastic_otel.integration import agent_instrumentation
+
 Shape = dict[str, tuple[str, ...]]
 
-WRAPPED: tuple[str, ...] = (
-    "LocalElasticAgent._monitor_workers",
-    "LocalElasticAgent._stop_workers",
-    "LocalElasticAgent._start_workers",
-    "LocalElasticAgent._setup_local_watchdog",
-    "SimpleElasticAgent._exit_barrier",
-    "SimpleElasticAgent._restart_workers",
-    "PContext.close",
-)
-"""The methods the agent instrumentation replaces, as ``Class.method`` (its ``targets``)."""
+WRAPPED: tuple[str, ...] = tuple(f"{m.owner}.{m.name}" for m in agent_instrumentation.WRAPPED)
+"""The methods the agent instrumentation replaces, as ``Class.method`` (from its table)."""
 
 SIGNATURES: tuple[str, ...] = (
     *WRAPPED,
@@ -203,13 +170,10 @@ AGENT_CALLS = (
 
 REQUIREMENTS: tuple[tuple[str, str, tuple[str, ...], bool, str], ...] = (
     # (key, relation: "is" / "has" / "starts", values, needed, why)
-    ("LocalElasticAgent._monitor_workers", "is", ("self", "worker_group"), True, "wrapped"),
-    ("LocalElasticAgent._stop_workers", "is", ("self", "worker_group"), True, "wrapped"),
-    ("LocalElasticAgent._start_workers", "is", ("self", "worker_group"), True, "wrapped"),
-    ("LocalElasticAgent._setup_local_watchdog", "is", ("self", "envs"), True, "wrapped"),
-    ("SimpleElasticAgent._exit_barrier", "is", ("self",), True, "wrapped"),
-    ("SimpleElasticAgent._restart_workers", "is", ("self", "worker_group"), True, "wrapped"),
-    ("PContext.close", "is", ("self", "death_sig", "timeout"), True, "wrapped"),
+    *(
+        (f"{m.owner}.{m.name}", "is", m.parameters, True, "wrapped")
+        for m in agent_instrumentation.WRAPPED
+    ),
     (
         "SimpleElasticAgent._construct_event",
         "has",
