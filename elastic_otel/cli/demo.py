@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from elastic_otel.cli.otlp_json_reader import OtlpJsonError, decode_line, read_otlp_json
-from elastic_otel.cli.timeline.build import build_timeline, render_text, use_color
-from elastic_otel.cli.timeline.goodput import goodput_headlines
-from elastic_otel.cli.timeline.summary import source_event_name
+from elastic_otel.cli.timeline.analysis.build import build_timeline
+from elastic_otel.cli.timeline.analysis.items import source_event_name
+from elastic_otel.cli.timeline.render.goodput import goodput_headlines
+from elastic_otel.cli.timeline.render.text import render_text, use_color
 from elastic_otel.model.logs import rendezvous_event_name
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
@@ -537,7 +538,7 @@ def _show_timeline(cfg: DemoConfig, stream: IO[str]) -> None:
     for run_id, line in goodput_headlines(timeline.goodput):
         stream.write(f"\n[demo] run {run_id}: {line}\n")
     if cfg.html is not None:
-        from elastic_otel.cli.timeline.html import render_html
+        from elastic_otel.cli.timeline.render.html import render_html
 
         cfg.html.write_text(render_html(timeline), encoding="utf-8")
         stream.write(f"\n[demo] timeline page: {cfg.html}\n")

@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_timeline(args: argparse.Namespace) -> int:
     from elastic_otel.cli.otlp_json_reader import OtlpJsonError, read_otlp_json
-    from elastic_otel.cli.timeline.build import build_timeline, render_text, use_color
+    from elastic_otel.cli.timeline.analysis.build import build_timeline
+    from elastic_otel.cli.timeline.render.text import render_text, use_color
 
     try:
         spans, logs = read_otlp_json(args.file)
@@ -133,7 +134,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         raise CliError(f"{args.file}: no rendezvous, agent or worker spans", EXIT_NOTHING)
     sys.stdout.write(render_text(timeline, color=not args.no_color and use_color()))
     if args.html is not None:
-        from elastic_otel.cli.timeline.html import render_html
+        from elastic_otel.cli.timeline.render.html import render_html
 
         args.html.write_text(render_html(timeline, f"elastic-otel timeline: {args.file}"))
         print(f"wrote {args.html}")

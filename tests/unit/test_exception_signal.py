@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from elastic_otel.cli.otlp_json_reader import read_otlp_json
-from elastic_otel.cli.timeline.build import build_timeline
+from elastic_otel.cli.timeline.analysis.build import build_timeline
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
 from elastic_otel.names.torch_names import STATUS_PREFIX

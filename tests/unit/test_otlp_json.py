@@ -28,7 +28,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from elastic_otel.cli.otlp_json_reader import OtlpJsonError, read_otlp_json
-from elastic_otel.cli.timeline.build import build_timeline, render_text
+from elastic_otel.cli.timeline.analysis.build import build_timeline
+from elastic_otel.cli.timeline.render.text import render_text
 from elastic_otel.emit.emitter import Emitter
 from elastic_otel.emit.otlp_json import (
     OtlpJsonFileLogExporter,

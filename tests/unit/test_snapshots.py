@@ -14,8 +14,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from elastic_otel.bridge.conversion import Conversion
 from elastic_otel.cli.otlp_json_reader import decode_line
-from elastic_otel.cli.timeline.build import build_timeline, render_text
-from elastic_otel.cli.timeline.html import timeline_data
+from elastic_otel.cli.timeline.analysis.build import build_timeline
+from elastic_otel.cli.timeline.render.chart import timeline_data
+from elastic_otel.cli.timeline.render.text import render_text
 from elastic_otel.emit.counters import EventCounters
 from elastic_otel.emit.emitter import Emitter
 from elastic_otel.emit.otlp_json import to_line

@@ -17,7 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from benchmarks.rounds import NPROC, node_events, run_round, serialized
 from benchmarks.trace_sizes import JAEGER_MAX_SPANS, RUN_ID, SALT, TEMPO_MAX_BYTES_PER_TRACE
 from elastic_otel.cli.otlp_json_reader import read_otlp_json
-from elastic_otel.cli.timeline.build import build_timeline, render_text
+from elastic_otel.cli.timeline.analysis.build import build_timeline
+from elastic_otel.cli.timeline.render.text import render_text
 from elastic_otel.emit.otlp_json import OtlpJsonFileSpanExporter
 from elastic_otel.model.trace_ids import trace_id_for
 from elastic_otel.names import attributes as A
