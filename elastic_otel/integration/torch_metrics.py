@@ -331,14 +331,13 @@ class TorchMetrics:
         if self.closed or self.provider is None:
             return True
         self.closed = True
-        from elastic_otel.emit.delivery import EXPORT_WARNINGS, install_export_warnings
+        from elastic_otel.emit.delivery import install_export_warnings
 
-        install_export_warnings(EXPORT_WARNINGS)  # exporters may have created loggers late
-        seen = EXPORT_WARNINGS.seen
+        warnings = bridge_process().export_warnings
+        install_export_warnings(warnings)  # exporters may have created loggers late
+        seen = warnings.seen
         final = self.provider.shutdown if self.owned else self.provider.force_flush
-        return run_bounded(
-            [final], self.settings.exit_timeout_s, lambda: EXPORT_WARNINGS.seen > seen
-        )
+        return run_bounded([final], self.settings.exit_timeout_s, lambda: warnings.seen > seen)
 
     def _current_stalls(self) -> dict[str, float]:
         """The bridge's stalls (its trace model's waits) and the agent's training stall."""

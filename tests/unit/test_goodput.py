@@ -326,7 +326,8 @@ def _summary_record(summary: g.Summary, run_id: str = "run-1") -> dict:
 
 
 def test_the_timeline_states_goodput_per_attempt_and_in_total() -> None:
-    from elastic_otel.cli.timeline.goodput import goodput_html, goodput_lines, goodput_records
+    from elastic_otel.cli.timeline.analysis.goodput import goodput_records
+    from elastic_otel.cli.timeline.render.goodput import goodput_html, goodput_lines
 
     ledger = g.GoodputLedger(S)
     ledger.begin([0])
