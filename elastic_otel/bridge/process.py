@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 from elastic_otel.bridge.fork_safety import ForkGuard
 from elastic_otel.bridge.process_exit import ExitPath
-from elastic_otel.emit.delivery import ExportWarnings
 from elastic_otel.emit.export_gate import ExportGate
+
+if TYPE_CHECKING:  # the SDK loads only once the bridge starts
+    from elastic_otel.emit.delivery import ExportWarnings
 
 
 class BridgeProcess:
@@ -32,10 +35,20 @@ class BridgeProcess:
         self.export_gate = ExportGate()
         self.fork_guard = ForkGuard(self.export_gate)
         self.exit_path = ExitPath()
-        self.export_warnings = ExportWarnings()
-        self.lock = threading.Lock()
+        self._export_warnings: ExportWarnings | None = None
+        self.lock = threading.RLock()
         self.handler: logging.Handler | None = None
         self.run_id: str | None = None
+
+    @property
+    def export_warnings(self) -> ExportWarnings:
+        """The process's filter on the OpenTelemetry loggers (made when first asked for)."""
+        with self.lock:
+            if self._export_warnings is None:
+                from elastic_otel.emit.delivery import ExportWarnings
+
+                self._export_warnings = ExportWarnings()
+            return self._export_warnings
 
 
 _process: BridgeProcess | None = None
