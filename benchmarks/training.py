@@ -578,7 +578,7 @@ def _dump_variant(v: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
                 for p in [group.seen[w.global_rank]]
             ]
             stall = training_stall(ranks, time.time_ns(), int(after_s * 1e9))
-            _report_stacks_and_stall(agent, bridge, REASON_TRAINING, [], stall)
+            report_stacks_and_stall(agent, bridge, REASON_TRAINING, [], stall)
             elastic_otel.flush(30.0)
             alive = sum(proc.poll() is None for proc, _ in workers)
         finally:

@@ -30,7 +30,8 @@ the record's size: the source lines of outer frames are left out first, frames n
 Only workers whose record says they armed the stack signal are signalled: a signal nobody
 handles would kill the process. Reading and signalling happen on this module's thread (or in
 ``close``, before torch signals the workers), never on torch's monitor loop; what is found goes
-to the bridge as events through ``report`` (the agent instrumentation builds them).
+to the bridge through ``report`` (the agent instrumentation builds the records). Design:
+docs/hangs.md, docs/trace-model.md.
 """
 
 from __future__ import annotations
