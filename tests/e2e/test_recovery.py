@@ -4,6 +4,7 @@ the round's trace (agent.recovery spans, worker TRACEPARENT, recovery metrics)."
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -223,7 +224,7 @@ def points(reader: object) -> dict[str, list]:
 
 def test_first_step_after_a_recovery(sdk: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
     tracer_provider, meter_provider, spans, reader = sdk
-    monkeypatch.setattr(training, "_first_step_marked", False)
+    monkeypatch.setattr(training, "_first_step", threading.Event())
     monkeypatch.setenv(env.TRACEPARENT, traceparent(0xABC, 0x123))
     monkeypatch.setenv(env.ELASTIC_OTEL_WORKER_START_UNIX_NANO, str(1_000_000_000_000))
     monkeypatch.setenv(env.ELASTIC_OTEL_RECOVERY_CAUSE, A.CAUSE_WORKER_FAILURE)
@@ -253,7 +254,7 @@ def test_first_step_without_a_recovery_is_only_a_span(
     sdk: tuple, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tracer_provider, meter_provider, spans, reader = sdk
-    monkeypatch.setattr(training, "_first_step_marked", False)
+    monkeypatch.setattr(training, "_first_step", threading.Event())
     for name in (env.TRACEPARENT, env.ELASTIC_OTEL_RECOVERY_CAUSE):
         monkeypatch.delenv(name, raising=False)
     assert training.mark_first_step(tracer_provider, meter_provider)
