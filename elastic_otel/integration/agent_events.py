@@ -21,7 +21,7 @@ from typing import Any, cast
 
 from elastic_otel.bridge.handler import OtelHandler
 from elastic_otel.integration.training_watch import FlightRecorderDumps, WatchedWorker
-from elastic_otel.integration.worker_output import last_output
+from elastic_otel.integration.worker_output import WorkerOutput, last_output
 from elastic_otel.model.failures import classify
 from elastic_otel.model.goodput import Summary
 from elastic_otel.model.stalls import (
@@ -99,6 +99,7 @@ def report_outcomes(
     root_rank: int | None,
     oom: bool,
     now_ms: float,
+    output: WorkerOutput,
 ) -> None:
     """One record per worker that failed (its kind's state) or, when the group succeeded,
     returned; the root cause first: the workers that died of it link to its span."""
@@ -112,7 +113,7 @@ def report_outcomes(
             end, report = ended[worker.global_rank]
             kind = classify(end)
             failure = failures[worker.global_rank]
-            words, fault = last_output(getattr(agent, "_pcontext", None), worker.local_rank)
+            words, fault = last_output(getattr(agent, "_pcontext", None), worker.local_rank, output)
             raw_error = None
             if kind != A.KIND_STOPPED:
                 error = worker_error(report, failure.exitcode, fault)

@@ -252,7 +252,7 @@ def _watchdog_wrapper(observer: AgentObserver, handler: OtelHandler, _: str) -> 
                         add_worker_startup(envs)
                     add_trace_context(self, envs, handler)
                     if handler.settings.worker_output_streams:
-                        capture_logs_specs(self, handler)
+                        capture_logs_specs(self, handler, observer.output)
             except Exception:  # never the agent's problem
                 _logger.debug("elastic-otel: workers started without trace context", exc_info=True)
             return original(self, envs)
@@ -271,7 +271,7 @@ def _close_wrapper(observer: AgentObserver, handler: OtelHandler, _: str) -> Wra
                 _logger.debug("elastic-otel: close not observed", exc_info=True)
             result = original(self, death_sig, timeout)
             try:
-                finish_output(self)  # the ended workers' output, to its last line
+                finish_output(self, observer.output)  # the ended workers' output, to the end
             except Exception:  # never the agent's problem
                 _logger.debug("elastic-otel: worker output not read to its end", exc_info=True)
             return result

@@ -37,6 +37,7 @@ from elastic_otel.integration.training_watch import (
     TrainingWatch,
     WatchedWorker,
 )
+from elastic_otel.integration.worker_output import WorkerOutput
 from elastic_otel.model.failures import WorkerEnd, root_cause
 from elastic_otel.model.goodput import Summary
 from elastic_otel.model.stalls import TrainingStall
@@ -88,6 +89,7 @@ class AgentObserver:
     def __init__(self, watch: TrainingWatch, goodput: GoodputWatch) -> None:
         self.watch = watch
         self.goodput = goodput
+        self.output = WorkerOutput()  # the workers' captured output, read for every agent
         self._agents: MutableMapping[Any, AgentState] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
@@ -142,6 +144,7 @@ class AgentObserver:
             root_rank,
             oom,
             now_ms,
+            self.output,
         )
 
     def restart_facts(self, agent: Any, worker_group: Any) -> RecordAttributes:

@@ -37,6 +37,7 @@ import stat
 import sys
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -88,7 +89,8 @@ class _Stream:
 
 
 class WorkerOutput:
-    """The agent's one reader of its workers' output files (see the module docstring)."""
+    """The agent's one reader of its workers' output files (see the module docstring); held by
+    the agent instrumentation's observer."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -99,7 +101,14 @@ class WorkerOutput:
         self._thread: threading.Thread | None = None
         self.handler: OtelHandler | None = None
         if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._after_fork_in_child)
+            ref = weakref.ref(self)  # the hook must not keep a dropped reader alive
+
+            def after_fork_in_child() -> None:
+                output = ref()
+                if output is not None:
+                    output._after_fork_in_child()
+
+            os.register_at_fork(after_in_child=after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
@@ -233,10 +242,6 @@ class WorkerOutput:
         handler.counters.worker_output_records += len(records)
 
 
-OUTPUT = WorkerOutput()
-"""The process's reader of worker output."""
-
-
 def _open_regular(path: str) -> int | None:
     """A read descriptor of ``path`` if it is a regular file (a FIFO planted there must not
     hang the reader), else ``None``."""
@@ -274,12 +279,13 @@ def _echo(stream: str, data: bytes) -> None:
 # --- torch's LogsSpecs --------------------------------------------------------------------------
 
 
-def capture_logs_specs(agent: Any, handler: OtelHandler) -> None:
-    """Have ``agent`` start its workers with the captured streams in files (idempotent)."""
+def capture_logs_specs(agent: Any, handler: OtelHandler, output: WorkerOutput) -> None:
+    """Have ``agent`` start its workers with the captured streams in files that ``output``
+    reads (idempotent)."""
     specs = agent._logs_specs
     if specs is None or getattr(specs, "elastic_otel_inner", None) is not None:
         return
-    agent._logs_specs = _capturing_class()(specs, handler)
+    agent._logs_specs = _capturing_class()(specs, handler, output)
 
 
 _CLASS: list[type] = []
@@ -295,9 +301,12 @@ def _capturing_class() -> type:
     class CapturingLogsSpecs(LogsSpecs):
         """The agent's ``LogsSpecs`` (``elastic_otel_inner``), its streams captured."""
 
-        def __init__(self, inner: Any, handler: OtelHandler) -> None:  # no super(): delegates
+        def __init__(  # no super(): delegates
+            self, inner: Any, handler: OtelHandler, output: WorkerOutput
+        ) -> None:
             self.elastic_otel_inner = inner
             self.elastic_otel_handler = handler
+            self.elastic_otel_output = output
 
         def __getattr__(self, name: str) -> Any:  # anything else is the inner spec's
             return getattr(self.__dict__["elastic_otel_inner"], name)
@@ -309,7 +318,7 @@ def _capturing_class() -> type:
         def reify(self, envs: dict[int, dict[str, str]]) -> Any:
             dest = self.elastic_otel_inner.reify(envs)
             try:
-                _capture(dest, envs, self.elastic_otel_handler)
+                _capture(dest, envs, self.elastic_otel_handler, self.elastic_otel_output)
             except Exception:  # never the agent's problem: torch's destinations stand
                 _logger.debug("elastic-otel: worker output not captured", exc_info=True)
             return dest
@@ -321,7 +330,9 @@ def _capturing_class() -> type:
     return CapturingLogsSpecs
 
 
-def _capture(dest: Any, envs: dict[int, dict[str, str]], handler: OtelHandler) -> None:
+def _capture(
+    dest: Any, envs: dict[int, dict[str, str]], handler: OtelHandler, output: WorkerOutput
+) -> None:
     """Redirect the captured streams of ``dest`` (torch's ``LogsDest``) and read them."""
     settings = handler.settings
     streams: list[_Stream] = []
@@ -352,7 +363,7 @@ def _capture(dest: Any, envs: dict[int, dict[str, str]], handler: OtelHandler) -
             attributes = {**base, A.LOG_IOSTREAM: stream}
             streams.append(_Stream(where, echo, reader, attributes, context))
     if streams:
-        OUTPUT.add(streams, handler)
+        output.add(streams, handler)
 
 
 def _attributes(worker_env: dict[str, str], local_rank: int) -> dict[str, Any]:
@@ -383,16 +394,16 @@ def _context(traceparent: str) -> Any:
     return span_context(trace_id, span_id)
 
 
-def finish(pcontext: Any) -> None:
+def finish(pcontext: Any, output: WorkerOutput) -> None:
     """torch closed ``pcontext``: read its workers' captured files to their end."""
     paths = {p for p in (*pcontext.stdouts.values(), *pcontext.stderrs.values()) if p}
-    OUTPUT.finish(paths)
+    output.finish(paths)
 
 
-def last_output(pcontext: Any, local_rank: int) -> tuple[str, str | None]:
+def last_output(pcontext: Any, local_rank: int, output: WorkerOutput) -> tuple[str, str | None]:
     """A worker's last lines of stderr and the ``faulthandler`` dump it carried, if captured."""
     path = (getattr(pcontext, "stderrs", None) or {}).get(local_rank)
-    reader = OUTPUT.reader(path) if path else None
+    reader = output.reader(path) if path else None
     if reader is None:
         return "", None
     return reader.last_words(), reader.fault_stack()

@@ -162,10 +162,13 @@ def test_a_10_mb_line_and_invalid_utf8_are_bounded_and_flagged(job: Job) -> None
 def _lines(consoles: list[Console], stream: str) -> dict[str, list[str]]:
     """What the workers printed, by rank: the script's lines (each names its rank), in order;
     rank 3's blob and faulthandler's header (rank 1), counted. torch's agent lines (its failure
-    summary, a lost store's traceback) are left out: they differ from run to run either way."""
+    summary, a lost store's traceback) are left out: they differ from run to run either way.
+    Two workers share the console, and a line's text and its newline are two writes: a line
+    cut in two by another worker's line is split where the other line begins."""
     by_rank: dict[str, list[str]] = {}
     for console in consoles:
-        for line in getattr(console, stream).splitlines():
+        lines = getattr(console, stream).splitlines()
+        for line in (p for whole in lines for p in re.split(r"(?<=\d)(?=rank \d )", whole)):
             match = re.search(r"rank (\d)", line)
             if line.startswith("x" * 1000):
                 key, line = "blob", str(len(line))
