@@ -210,11 +210,13 @@ class TorchMetrics:
     a step of the process's exit path (:mod:`elastic_otel.bridge.process_exit`).
 
     ``handler``: the bridge handler whose counters, stalls and recovery spans are reported
-    beside torch's metrics (``None``: torch's metrics only). ``settings``: default, the
-    handler's, else read now. :meth:`install` and :meth:`uninstall` are symmetric, in the shape
-    of OpenTelemetry's ``BaseInstrumentor._instrument`` / ``_uninstrument``, with the state
-    on the instance; torch's lookup is process-wide, so one installation is in effect at a
-    time (:func:`installed`).
+    beside torch's metrics (``None``: torch's metrics only); ``watch`` and ``goodput``: the
+    agent instrumentation's training watch (stall, straggler scores) and goodput accounting,
+    reported too when given. ``settings``: default, the handler's, else read now.
+    :meth:`install` and :meth:`uninstall` are symmetric, in the shape of OpenTelemetry's
+    ``BaseInstrumentor._instrument`` / ``_uninstrument``, with the state on the instance;
+    torch's lookup is process-wide, so one installation is in effect at a time
+    (:func:`installed`).
     """
 
     def __init__(

@@ -24,8 +24,6 @@ from elastic_otel.parsing.worker_reports import MAX_REPORT_BYTES, WorkerReport, 
 
 OBSERVED_BY_MONITOR = "monitor_workers"
 """The value of ``torchelastic.observed_by`` on the outcomes the instrumentation reports."""
-STOPPED_AFTER = A.NS + "stopped_after"
-"""The global rank whose failure made the agent stop a worker (docs/attributes.md)."""
 
 KIND_STATES = {
     A.KIND_ROOT_CAUSE: WorkerState.FAILED,
@@ -127,7 +125,7 @@ def outcome_attributes(
     if kind == A.KIND_ROOT_CAUSE and last_words:
         attrs[A.LAST_WORDS] = last_words
     if kind == A.KIND_STOPPED and root_rank is not None:
-        attrs[STOPPED_AFTER] = root_rank
+        attrs[A.STOPPED_AFTER] = root_rank
     if oom and kind == A.KIND_ROOT_CAUSE and end.exit_code == -signal.SIGKILL:
         attrs[A.OOM_KILL] = True
     return attrs

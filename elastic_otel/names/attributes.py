@@ -143,6 +143,8 @@ Only a ``root_cause`` worker span is ERROR."""
 KIND_ROOT_CAUSE: Final = "root_cause"
 KIND_PEER_FAILURE: Final = "peer_failure"
 KIND_STOPPED: Final = "stopped"
+STOPPED_AFTER: Final = "torchelastic.stopped_after"
+"""On a ``stopped`` worker: the global rank whose failure made its agent stop it."""
 OOM_KILL: Final = "torchelastic.oom_kill"
 """``true`` on a worker killed by SIGKILL while its cgroup's ``memory.events`` ``oom_kill``
 count rose: the kernel's OOM killer. Absent where the kernel does not say."""

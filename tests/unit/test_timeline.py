@@ -373,3 +373,12 @@ def test_html_script_errors_show_up_in_the_page(recorded: Path, tmp_path: Path) 
     dom = chromium(page, tmp_path, "--dump-dom")
     assert 'class="js-error"' in dom.stdout and "undefinedFunction" in dom.stdout
     assert 'data-rendered="true"' not in dom.stdout
+
+
+def test_text_that_spells_a_template_slot_stays_text(recorded: Path) -> None:
+    """A title (or a run id, a message) that reads ``__JS__`` is not where the script goes."""
+    from elastic_otel.cli.timeline.render.html import asset
+
+    page = render_html(build_timeline(*read(recorded)), title="job __JS__ __CSS__")
+    assert page.count("<title>job __JS__ __CSS__</title>") == 1
+    assert page.count(asset("timeline.js")) == 1 and page.count(asset("timeline.css")) == 1

@@ -9,7 +9,6 @@ import sys
 
 from elastic_otel.model.failures import WorkerEnd
 from elastic_otel.model.worker_outcomes import (
-    STOPPED_AFTER,
     Closing,
     FailedWorker,
     dated_by_victims,
@@ -124,7 +123,7 @@ def test_outcome_attributes_per_kind() -> None:
     stopped = WorkerEnd(0, -signal.SIGTERM, stopped_by_agent=True)
     assert outcome_attributes(stopped, A.KIND_STOPPED, 1, "words", True) == {
         A.FAILURE_KIND: A.KIND_STOPPED,
-        STOPPED_AFTER: 1,
+        A.STOPPED_AFTER: 1,
     }
     assert outcome_attributes(stopped, A.KIND_STOPPED, None, None, False) == {
         A.FAILURE_KIND: A.KIND_STOPPED

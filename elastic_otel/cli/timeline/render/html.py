@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from functools import cache
 from importlib import resources
 
@@ -25,7 +26,13 @@ def asset(name: str) -> str:
     return (resources.files(_PACKAGE) / "assets" / name).read_text(encoding="utf-8")
 
 
+_SLOT = re.compile(r"__(TITLE|RUNS|CSS|DATA|JS)__")
+"""The template's slots, filled in one pass: a run id or message that spells a slot's name is
+data, never a place the page's CSS or script goes."""
+
+
 def render_html(timeline: Timeline, title: str = "elastic-otel timeline") -> str:
+    """The page: the template's slots filled with the timeline's summary, data and assets."""
     data = timeline_data(timeline)
     payload = json.dumps(data, ensure_ascii=True, separators=(",", ":"))
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
@@ -33,11 +40,11 @@ def render_html(timeline: Timeline, title: str = "elastic-otel timeline") -> str
     runs = summary_html(timeline.runs, lambda ns: f"+{(ns - t0) / 1e9:.3f}s")
     if timeline.goodput:
         runs += "\n" + goodput_html(timeline.goodput)
-    return (
-        asset("page.html")
-        .replace("__TITLE__", html.escape(title))
-        .replace("__RUNS__", runs)
-        .replace("__CSS__", asset("timeline.css"))
-        .replace("__DATA__", payload)
-        .replace("__JS__", asset("timeline.js"))
-    )
+    slots = {
+        "TITLE": html.escape(title),
+        "RUNS": runs,
+        "CSS": asset("timeline.css"),
+        "DATA": payload,
+        "JS": asset("timeline.js"),
+    }
+    return _SLOT.sub(lambda m: slots[m.group(1)], asset("page.html"))
