@@ -1,19 +1,10 @@
 """The agent's goodput accounting, fed by what the instrumented agent sees.
 
-:class:`GoodputWatch`, which the agent instrumentation holds, keeps one :class:`AgentGoodput`
-per agent, on the agent's state: an attempt begins when torch starts the workers
-(:meth:`~GoodputWatch.started`), the training watch passes its readings of the workers' progress
-records (stall intervals), and the attempt ends when the agent begins a restart, when its
-workers succeeded and the exit barrier is passed, or when they failed with no restart left
-(:meth:`~GoodputWatch.ended`). Then the records of that attempt's workers are read once more
-(they outlive the workers: a dead worker's last step and checkpoint are still there), the
-ledger accounts for it, and the node that ran global rank 0 reports the summary through
-``report`` (a ``torchelastic.goodput`` log record). The metrics read :meth:`GoodputWatch.points`
-at each collection. Design: docs/goodput.md.
-
-``ELASTIC_OTEL_GOODPUT=false`` turns it off (nothing is created); without the worker start-up
-there are no records, so no marked step: the first attempt is start-up until a failure, the rest
-of the job recovery.
+:class:`GoodputWatch`, held by the agent instrumentation, keeps one :class:`AgentGoodput` per
+agent: it opens an attempt when torch starts the workers, takes the training watch's stall
+intervals, and when the attempt ends reads its workers' progress records once more, accounts
+for it (:mod:`elastic_otel.model.goodput`) and, on the node that ran global rank 0, reports
+the summary; the metrics read :meth:`GoodputWatch.points`. Design: ``docs/goodput.md``.
 """
 
 from __future__ import annotations

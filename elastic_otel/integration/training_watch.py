@@ -1,37 +1,10 @@
 """Hangs named while they hang: training stalls and the workers' Python stacks, seen by the agent.
 
-Every worker the instrumented agent starts keeps a small progress record beside its error file
-(:mod:`elastic_otel.worker.progress`, armed by the worker start-up: which collective it is in
-and since when, how many it entered, the step the script marks) and answers a signal with
-every thread's Python stack, written by ``faulthandler`` into a file there: no ptrace, no
-code in the training script. :class:`TrainingWatch`, which the agent instrumentation holds,
-reads those records on a thread of its own every few seconds and:
-
-* reports a **training stall** when no local rank made progress for
-  ``ELASTIC_OTEL_STALL_AFTER`` seconds (:func:`~elastic_otel.model.stalls.training_stall`
-  decides who waits for whom): the workers' stacks first, each a log record on its ``worker``
-  span, then a WARN ``torchelastic.stalled`` record with ``torchelastic.stalled.in`` =
-  ``training``, the ranks waited for and the innermost frame of the first of them; again at
-  that interval while it lasts. ``current`` feeds the ``torchelastic.stalled.seconds`` gauge;
-* takes the stacks on every other stall report of the node (a join, the exit barrier, workers
-  that do not stop), at most once per interval;
-* scores each local rank against its local peers once per straggler window
-  (:class:`~elastic_otel.model.stragglers.StragglerWatch`, from the arrivals the workers'
-  collectives threads leave) and reports a rank that keeps them waiting window after window
-  through ``report_straggler``; its ``straggler_scores`` feed the straggler gauges;
-* takes the stacks right before the agent stops its workers after a failure or a signal
-  (:meth:`before_stop`, from the ``PContext.close`` wrapper), so that the victims' last stacks
-  are kept: it waits for their dumps, at most :data:`STACK_WAIT_S`.
-
-Each frame of the stacks gets its line of source under it, as a traceback shows it, where this
-agent can read the file (:func:`~elastic_otel.parsing.worker_reports.with_source_lines`), within
-the record's size: the source lines of outer frames are left out first, frames never.
-
-Only workers whose record says they armed the stack signal are signalled: a signal nobody
-handles would kill the process. Reading and signalling happen on this module's thread (or in
-``close``, before torch signals the workers), never on torch's monitor loop; what is found goes
-to the bridge through ``report`` (the agent instrumentation builds the records). Design:
-docs/hangs.md, docs/trace-model.md.
+:class:`TrainingWatch`, held by the agent instrumentation, reads the workers' progress records
+on a thread of its own (never on torch's monitor loop) and reports training stalls, the
+workers' stacks (with a stall report, and before the agent stops its workers) and stragglers:
+no ptrace, no code in the training script. Design: ``docs/hangs.md`` (The agent's training
+watch) and ``docs/trace-model.md`` (Recoveries and the training code).
 """
 
 from __future__ import annotations

@@ -1,45 +1,11 @@
 """Goodput: what share of a job's wall time trained the model, and where the rest went.
 
-Each agent accounts for its own wall time, attempt by attempt (an attempt: one run of the
-worker group, from the agent's start or the recovery that began it to the next recovery or the
-job's end), from what its local workers' progress records say (:func:`elastic_otel.mark_step`,
-:func:`elastic_otel.mark_checkpoint`; :mod:`elastic_otel.parsing.worker_progress`) and what the
-agent itself saw (the failure, the recovery's start, the job's end). Every rank of a job marks
-the same steps, so every node computes the same breakdown without talking to the others; only
-the node that ran global rank 0 reports it (see :class:`GoodputLedger`).
-
-One attempt, on the node's clock (``S`` its start, ``F`` its first marked step, ``B`` its last
-checkpoint, ``L`` its last marked step, ``X`` the failure, ``E`` its end)::
-
-    S ─startup/recovery─ F ─productive (less saves, stalls)─ B ─lost_progress─ X ─recovery─ E
-    the attempt that ends the job:                     ... F ─productive─ L ─unexplained─ E
-    an attempt that marked no step and failed:   S ─startup/recovery─ X ─recovery─ E
-
-``X`` is the failure as this node's agent knows it: the death of its own failed worker (the
-root cause among them, else the earliest; the moment the worker start-up recorded, else when the
-agent saw it). A node whose workers did not fail (stopped after a peer failed) learns of the
-failure when its agent begins the restart: there ``X`` is ``E``.
-
-* ``startup`` (the first attempt) or ``recovery`` (later ones): from the attempt's start to its
-  first marked step (that step's own compute included: a step is known when it ends), or, in an
-  attempt that marked no step, to ``X`` (to ``E`` when no restart followed, as the live view
-  counts it). Nothing is recovered before anything failed: on every node, the first attempt is
-  start-up until its first step or, when it marked none, until ``X``;
-* ``productive``: from the first step to the last checkpoint (an attempt a restart follows:
-  what comes after it is redone) or to the last step or checkpoint (the attempt that ends the
-  job), less the measured checkpoint saves and the training stalls in it;
-* ``lost_progress``: from the last checkpoint (or the first step, when the attempt saved none)
-  to the failure: the steps the restart redoes and the part-done step, less stalls in it;
-* ``recovery`` also: from ``X`` to the attempt's end (the recovery's start, or the job's end
-  when no restart was left): the detection;
-* ``checkpoint``: the blocking time of saves measured with :func:`elastic_otel.saving_checkpoint`;
-* ``stall``: intervals of ``ELASTIC_OTEL_STALL_AFTER`` seconds or more in which no local rank made
-  progress (the training watch's view, to within its period);
-* ``unexplained``: the rest: after the last step or checkpoint of the job (final save, shutdown,
-  the exit barrier).
-
-The points are clamped to be in order, so the categories add up to the wall time exactly.
-Pure: no torch, no SDK, no clock (times are passed in).
+Each agent accounts for its own wall time, attempt by attempt, from what its workers' progress
+records say (marked steps and checkpoints) and what it saw itself (the failure, the recovery,
+the job's end). Every rank marks the same steps, so every node computes the same breakdown
+without talking to the others; only the node that ran global rank 0 reports it
+(:class:`GoodputLedger`). Pure: no torch, no SDK, no clock (times are passed in).
+Design, an attempt's points and the categories: ``docs/goodput.md`` (Attempts, Categories).
 """
 
 from __future__ import annotations
@@ -187,7 +153,7 @@ def total(breakdowns: Iterable[Breakdown]) -> Breakdown:
 
 
 def account(facts: AttemptFacts) -> Breakdown:
-    """One attempt's breakdown (see the module docstring)."""
+    """One attempt's breakdown (the categories: ``docs/goodput.md``)."""
     start = facts.start_ns
     end = max(facts.end_ns, start)
     steps = facts.steps

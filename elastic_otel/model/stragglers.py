@@ -1,24 +1,10 @@
 """Stragglers: a rank that keeps its peers waiting at every collective, named while the job runs.
 
-Each worker leaves, once per straggler window, when it issued each collective of each process
-group (its *arrivals*, from torch's Flight Recorder: :mod:`elastic_otel.worker.collectives`).
-The agent hands them to a :class:`StragglerWatch` and closes a window every
-``ELASTIC_OTEL_STRAGGLER_WINDOW`` seconds. For every collective all local members of a group
-issued, a rank's *lateness* is its arrival minus the earliest local arrival; over the window,
-each rank's mean lateness per collective against the mean *interval* between consecutive
-collectives of the group gives its score, ``1 - lateness / interval`` in [0, 1] (1: as fast as
-its fastest local peer; NVIDIA's resiliency extension flags below 0.75).
-
-A straggler is one rank whose score is below the threshold, that is the worst of its node and
-clearly so (its lateness at least :data:`DOMINANCE` times every local peer's), for
-:data:`WINDOWS` consecutive windows scored (a window with nothing to score, the arrivals of a
-worker not yet read, is no evidence either way): uneven arrivals that shift from rank to rank
-flag nobody.
-What it costs the job is the share of the interval its local peers spent waiting for it.
-
-Only local ranks are compared: the clocks of one host agree, those of two hosts need not. The
-ranks of other nodes wait for it too, and each node's view joins in ``elastic-otel timeline``.
-Pure: no torch, no SDK, no clock of its own.
+A slow rank makes every peer wait at each collective, and no stall report says so. From when
+each local rank issued each collective (the Flight Recorder's arrivals), :class:`StragglerWatch`
+scores every rank against its fastest local peer, window by window, and names a rank that stays
+clearly the worst of its node for :data:`WINDOWS` windows. Local ranks only: one host's clocks
+agree. Pure: no torch, no SDK, no clock of its own. Design: ``docs/hangs.md`` (Stragglers).
 """
 
 from __future__ import annotations

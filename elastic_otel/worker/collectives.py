@@ -1,24 +1,11 @@
 """Collective progress from the process group's own record, for the agent to read.
 
-DDP's gradient all-reduces come from its C++ reducer, FSDP2 and tensor parallelism use
-functional collectives, compiled graphs issue c10d ops: none passes through the Python
-collectives :mod:`elastic_otel.worker.progress` wraps. torch's Flight Recorder records every
-one of them per process group (on by default since torch 2.8, gloo and NCCL). A daemon thread
-of the worker reads each group's status every poll period
-(``_dump_fr_trace_json(includeCollectives=False)``: the last collective issued and completed,
-a cheap read) and replaces the worker's collectives file (:mod:`elastic_otel.parsing.
-collectives`) when it changed. A collective that stays open for half of
-``ELASTIC_OTEL_STALL_AFTER`` is identified (op, sizes) from one whole record, once: that read
-holds the GIL for as long as it takes (BENCHMARKS.md, section 11), so a healthy job never pays
-it.
-A byte from the agent on the worker's requests FIFO asks for the whole record in torch's pickle
-format (what ``torchfrtrace`` reads). Once per straggler window
-(``ELASTIC_OTEL_STRAGGLER_WINDOW``) the thread reads the whole record once more and leaves when
-this rank issued each collective since the last window, for the agent's straggler scores: one
-read per window, not per collective, and none once the record proved empty. The training thread
-does nothing for any of it. With NCCL a collective is issued when its Python call returns and
-completed when the GPU finished it: what the file says is the device's state, not the Python
-call's. Design: docs/hangs.md.
+DDP's reducer, FSDP2, tensor parallelism and compiled graphs issue collectives that never pass
+through the Python functions :mod:`elastic_otel.worker.progress` wraps; torch's Flight Recorder
+records every one. A daemon thread of the worker reads it (a cheap status read per poll, the
+whole record only for a collective that stays open, a dump or a straggler window) and leaves
+what it found for the agent; the training thread does nothing for any of it.
+Design: ``docs/hangs.md`` (The Flight Recorder, and what reading it costs).
 """
 
 from __future__ import annotations

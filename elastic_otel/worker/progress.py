@@ -1,38 +1,10 @@
 """Where this worker's training thread is, in a record its agent reads while the job hangs.
 
-The record is an ``mmap`` of a small file in the worker's private directory
-(:data:`~elastic_otel.names.environment_variables.WORKER_PROGRESS_FILE`; its layout in
-:mod:`elastic_otel.parsing.worker_progress`). The training thread writes it itself: no thread
-of ours, no system call, no lock; the kernel shares the page with the agent, which reads it
-while the worker runs, hangs, or after it died.
-
-* The worker start-up (:mod:`elastic_otel.worker.startup`) creates it (:func:`arm`) and wraps
-  ``torch.distributed``'s collectives (:func:`wrap_collectives`) as ``distributed_c10d`` is
-  imported, before ``torch.distributed`` copies them: the script's ``dist.all_reduce`` is the
-  wrapper, with no code in the script. An outermost call counts: entered, with the collective
-  and the time, before; completed (returned or raised) after. Calls one makes inside another
-  (``all_gather_object`` calls ``all_gather``) do not count. An ``async_op=True`` call
-  completes when it returns, at issue, not when its work does. What torch runs in C++ alone
-  (DDP's gradient all-reduce in its reducer) is not seen.
-* :func:`mark_step`: the script's step, for the agent to compare ranks.
-* :func:`mark_checkpoint` and :func:`saving_checkpoint`: the checkpoint that covers a step, and
-  how long its save blocked training, for the goodput accounting
-  (:mod:`elastic_otel.model.goodput`). They write the record's goodput extension, which has a
-  seqlock of its own; :func:`mark_step` writes there once, at the first step.
-* One writer: the thread that armed the record, the main thread, which runs a torchrun script.
-  Calls from other threads go through unrecorded (a dump still shows their stacks): two writers
-  would need a lock, which would cost more than all the rest.
-* A forked child (a DataLoader worker) shares the mapping: it disarms as it is forked, before
-  it could write into its parent's record.
-
-What it costs the training thread shapes this module (numbers in ``BENCHMARKS.md``, section
-9, from ``benchmarks/training.py``). Each field changed is one aligned 8-byte store through a
-``memoryview`` of the mapping, cheaper than a ``struct.pack_into`` call, which besides zeroes
-its whole span before writing it; leaving a collective stores two words, outside the
-seqlock (the reader's docstring says why that is safe). Each wrapper is generated with the
-collective's own parameters and passes them on by position, as a hand-written one would:
-forwarding ``*args, **kwargs`` costs measurably more. Unarmed (outside a bridged
-agent) nothing is wrapped and :func:`mark_step` is one global check.
+The training thread writes the record itself, an ``mmap`` of a small file beside its error file
+(read by :mod:`elastic_otel.parsing.worker_progress`): no thread, no system call, no lock, so
+the wrapped collectives, :func:`mark_step` and the goodput calls cost the training loop little,
+and the agent reads the record while the worker runs, hangs, or after it died. Design, and why
+each store is written as it is: ``docs/hangs.md`` (The progress record).
 """
 
 from __future__ import annotations
