@@ -1,32 +1,10 @@
 """elastic-otel: PyTorch elastic (torchrun) events as OpenTelemetry logs and traces.
 
-Usage::
-
-    # zero-code: pip install elastic-otel[torch], then
-    #   torchrun --event-log-handler otel ... train.py
-
-    # or in code that records torch elastic events itself:
-    import elastic_otel
-    from torch.distributed.elastic import events
-
-    elastic_otel.register()
-    events.record(events.Event("my_event", events.EventSource.AGENT), destination="otel")
-
-    # torchelastic 0.2's event API:
-    from torchelastic import events as te_events
-
-    te_events.configure(elastic_otel.OtelEventHandler(), event_type="torchelastic")
-
-    # in the training script torchrun starts: its spans under its rank's worker span
-    telemetry = elastic_otel.start_worker_telemetry()
-    with tracer.start_as_current_span("load_checkpoint", context=elastic_otel.worker_context()):
-        ...
-    elastic_otel.mark_first_step()
-    elastic_otel.mark_step(step)  # each step: stalls and goodput
-    with elastic_otel.saving_checkpoint(step):  # or mark_checkpoint(step) after the save
-        save(...)
-
-Importing this package imports neither torch nor the OpenTelemetry SDK.
+Zero-code: ``torchrun --event-log-handler otel ... train.py``. In code: :func:`register`,
+:func:`flush`, :func:`stats`; in the training script torchrun starts:
+:func:`start_worker_telemetry`, :func:`worker_context`, :func:`mark_first_step`,
+:func:`mark_step`, :func:`saving_checkpoint`. Importing this package imports neither torch nor
+the OpenTelemetry SDK. Usage: ``README.md``; design: ``docs/architecture.md``.
 """
 
 from __future__ import annotations

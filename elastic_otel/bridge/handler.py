@@ -1,24 +1,10 @@
 """The ``otel`` destination: a :class:`logging.Handler` that never slows the job it observes.
 
-torch calls :meth:`OtelHandler.emit` on its agent thread, its keep-alive timer thread, or
-wherever an event is recorded. ``emit`` only appends the message and its creation time to a
-bounded queue (:mod:`elastic_otel.bridge.event_thread`; no parsing, no lock held across I/O, no
-network) and returns. The event thread converts (:mod:`elastic_otel.bridge.conversion`) and feeds
-the SDK's batch processors, which export on their own threads.
-
-The SDK pipeline is built once, on the thread of the first event or in :meth:`start`, never
-on the event thread, so that building it cannot race interpreter shutdown. At exit the queue
-is drained, open spans are ended and marked, and the pipeline is flushed, all within
-``ELASTIC_OTEL_EXIT_TIMEOUT`` seconds (:mod:`elastic_otel.bridge.process_exit`).
-
-The process-wide handler, the one torch's registry, the traced rendezvous backends and the
-torchelastic 0.2 handler share, is :func:`get_handler`; what registering it with torch changes
-is owned by :class:`elastic_otel.integration.registration.Bridge`.
-
-Settings (:class:`~elastic_otel.config.settings.Settings`) are read once, when the handler is
-made (or given to it), and passed down to the pipeline, the trace model and the exit path. Its
-shutdown is one step of the process's exit path (:data:`elastic_otel.bridge.process_exit.EXIT`),
-registered when it starts, beside the other owners' steps and within the same bound.
+torch calls :meth:`OtelHandler.emit` on its own threads; ``emit`` only appends the message to a
+bounded queue and returns (no parsing, no lock held across I/O, no network), and the event
+thread (:mod:`elastic_otel.bridge.event_thread`) does the rest. The process-wide handler is
+:func:`get_handler`; its settings are read once, and its shutdown is a step of the process's
+exit path. Design: ``docs/architecture.md`` (Life cycle, What the bridge costs the job).
 """
 
 from __future__ import annotations

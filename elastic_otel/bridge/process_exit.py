@@ -1,30 +1,11 @@
 """Process exit: flush the bridge at interpreter exit, on an unhandled SIGTERM, and on a signal
 that arrives while torch blocks in C++.
 
-**One exit path.** Every owner of something to flush at exit (the bridge handler's logs and
-spans, the last export of torchelastic's metrics, a worker's own providers) registers a bounded
-shutdown step on the process's :class:`ExitPath` (held by
-:class:`elastic_otel.bridge.process.BridgeProcess`); the steps run together, each on its own
-daemon thread, within one ``ELASTIC_OTEL_EXIT_TIMEOUT`` bound, once. Why: hooks of their own,
-each with its bound, would add up when run one after the other, and the first to run would
-decide what the others could still export. One path, one bound: the exit costs the slowest
-step, never the sum.
-
-``atexit`` runs that path. A SIGTERM with the default disposition would
-kill the process without running ``atexit``, so where nobody handles SIGTERM (plain scripts;
-torchrun before its workers start) a handler shuts the bridge down first and then lets the
-signal take its default course, so the exit status stays what the sender expects. torchrun
-installs its own handler once workers start (raising ``SignalException``, which exits through
-``atexit``); that one is left alone.
-
-But a Python-level handler, torch's included, only runs once the main thread returns to
-Python. An agent blocked in C++ (the exit barrier, a store wait, a join) runs it minutes later,
-or never: the scheduler's SIGKILL comes first, and every span still open is lost. CPython's
-C-level handler does run at once, and writes the signal number to the fd given to
-:func:`signal.set_wakeup_fd`. So the bridge sets that fd (only if nobody else did) and a
-daemon thread reading it ends the open spans as terminated and exports them on SIGTERM or
-SIGINT (:class:`SignalWatcher`). It changes no handler: torch's still runs when the main
-thread gets back to Python, and the exit status is the same as without the bridge.
+Every owner of something to flush registers a bounded step on the process's :class:`ExitPath`;
+the steps run together within one ``ELASTIC_OTEL_EXIT_TIMEOUT`` bound, once, so the exit costs
+the slowest step, not their sum. :class:`SignalWatcher` reads the signal wakeup fd, so that open
+spans are ended and exported even while the main thread is blocked in C++. Design:
+``docs/architecture.md`` (Life cycle), ``docs/guarantees.md`` (A thread stuck in C++).
 """
 
 from __future__ import annotations

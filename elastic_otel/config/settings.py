@@ -1,21 +1,9 @@
 """The runtime's settings: every ``ELASTIC_OTEL_*`` variable it reads, read once.
 
-:meth:`Settings.from_environment` reads them all with the tolerant readers of
-:mod:`elastic_otel.names.environment_variables` (a malformed value is its default, with one
-warning) and the defaults beside the variable names. Its caller passes the result down: the
-process's :class:`~elastic_otel.bridge.handler.OtelHandler` reads it when it is made and hands it
-to the pipeline, the trace model and the exit path; the
-:class:`~elastic_otel.integration.registration.Bridge` uses the handler's, for torchelastic's
-metrics and the agent instrumentation. Why: a setting read where it is used was read several
-times (``ELASTIC_OTEL_EXIT_TIMEOUT`` in three places), possibly at different moments, so two
-parts of one process could disagree; a frozen value read once cannot.
-
-Not here, on purpose: what the agent sets in each worker's environment
-(``ELASTIC_OTEL_WORKER_START_UNIX_NANO``, ``ELASTIC_OTEL_RECOVERY_*``: data, not settings, read
-by :mod:`elastic_otel.worker.training`), the trace-id salt (``ELASTIC_OTEL_JOB_ID`` /
-``ELASTIC_OTEL_JOB_ATTEMPT`` with their scheduler fallbacks, a function of the environment in
-:mod:`elastic_otel.model.trace_ids`) and ``ELASTIC_OTEL_OTLP_JSON_FILE`` (read by the exporter
-the SDK instantiates without arguments).
+:meth:`Settings.from_environment` reads them all with the tolerant readers (a malformed value
+is its default, with one warning); the process's handler reads them when it is made and passes
+them down, so no two parts of a process can disagree about a setting. What is left out on
+purpose: ``docs/architecture.md`` (Life cycle); the variables: ``docs/configuration.md``.
 """
 
 from __future__ import annotations

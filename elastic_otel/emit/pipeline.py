@@ -1,22 +1,10 @@
 """Environment set-up: the OpenTelemetry SDK pipeline, configured as the OTel spec says.
 
-Exporter choice (``OTEL_TRACES_EXPORTER`` / ``OTEL_LOGS_EXPORTER``: ``otlp``, ``console``,
-``none``; default ``otlp``) and the OTLP protocol (``OTEL_EXPORTER_OTLP[_TRACES|_LOGS]_PROTOCOL``)
-are resolved with the SDK's own configuration helpers and entry points; the exporters read
-their ``OTEL_EXPORTER_OTLP_*`` settings and the batch processors their ``OTEL_BSP_*`` /
-``OTEL_BLRP_*`` settings themselves. Nothing here re-implements batching or retries.
-
-When the application already installed SDK providers (``opentelemetry-instrument`` or its
-own code), their processors and resource are used instead of a second pipeline.
-
-The SDK's own exit hooks are not used for pipelines built here: its ``force_flush`` ignores
-its timeout and an export to an unreachable collector retries for ``OTEL_EXPORTER_OTLP_TIMEOUT``
-(10 s). :meth:`Pipeline.shutdown` bounds the whole flush instead, on helper threads
-(:func:`elastic_otel.emit.bounded.run_bounded`).
-
-Settings come from the caller (:class:`elastic_otel.config.settings.Settings`, read once); the
-standard ``OTEL_*`` names are OpenTelemetry's own constants
-(``opentelemetry.environment_variables``, ``opentelemetry.sdk.environment_variables``).
+Exporters, protocol, batching and retries are the SDK's own, resolved from the standard
+``OTEL_*`` variables with its configuration helpers and entry points; providers the application
+already installed are used instead of a second pipeline. :meth:`Pipeline.shutdown` bounds the
+exit flush, which the SDK's own exit hooks do not. Design: ``docs/architecture.md`` (Life
+cycle); the variables: ``docs/configuration.md``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Activation: whether this process wants the bridge, decided in one place, and turning it on.
 
-*Registered* means the ``otel`` destination exists in torch's registry (cheap: the SDK is only
-imported at the first event). *Activated* means more: the SDK pipeline is built on this
-(main) thread right away, ``dynamic_rendezvous`` is routed to the bridge, and torchelastic's
-metrics are reported. A process is activated when
-
-* ``ELASTIC_OTEL_ENABLED=true``; or, unless it is ``false``,
-* torchrun's event log handler is ``otel`` (``--event-log-handler otel`` or
-  ``PET_EVENT_LOG_HANDLER=otel``), or
-* the caller's context is itself a request for telemetry: an ``otel-*`` rendezvous backend
-  was chosen, or the program runs under ``opentelemetry-instrument``.
-
-Building the pipeline eagerly on the main thread matters: a pipeline built lazily on a
-background thread can race interpreter shutdown in a short-lived process and lose everything.
+*Registered*, the ``otel`` destination exists in torch's registry (cheap); *activated*, the
+SDK pipeline is also built at once on this (main) thread, ``dynamic_rendezvous`` is routed to
+the bridge and torchelastic's metrics are reported. At once, on the main thread: a pipeline
+built lazily on a background thread can race interpreter shutdown and lose everything.
+The rule: ``docs/architecture.md`` (How activation works).
 """
 
 from __future__ import annotations
@@ -32,7 +24,7 @@ def setting(settings: Settings | None = None) -> bool | None:
 
 
 def requested(context_requests: bool = False, settings: Settings | None = None) -> bool:
-    """Whether this process should be activated (see the module docstring)."""
+    """Whether this process should be activated (the rule: ``docs/architecture.md``)."""
     explicit = setting(settings)
     if explicit is not None:
         return explicit

@@ -1,19 +1,10 @@
 """``opentelemetry-instrument`` support: an instrumentor for torch elastic.
 
-``opentelemetry-instrument torchrun --event-log-handler otel ... train.py`` configures the SDK
-from the environment (its configurator installs a ``TracerProvider``, ``LoggerProvider`` and
-``MeterProvider``), then calls :class:`ElasticOtelInstrumentor` through the
-``opentelemetry_instrumentor`` entry point. The bridge then uses those providers: spans and logs
-go to the application's processors (:func:`elastic_otel.emit.pipeline.build_pipeline` borrows them,
-so nothing is exported twice), with the auto-instrumentation's resource, and torchelastic's
-metrics to its ``MeterProvider``.
-
-Running a program under ``opentelemetry-instrument`` is itself the request for telemetry, so the
-bridge is activated in every process that imports torch's elastic rendezvous (torchrun's agent),
-with or without ``--event-log-handler otel`` (that flag still decides whether torchrun records its
-agent and worker events to the bridge); ``ELASTIC_OTEL_ENABLED=false`` keeps it off. Nothing is
-imported before the program imports torch itself: processes that never use torch elastic pay
-nothing, and this module imports neither torch nor the SDK.
+Running a program under ``opentelemetry-instrument`` is itself a request for telemetry:
+:class:`ElasticOtelInstrumentor` activates the bridge, on the auto-instrumentation's
+providers, in every process that imports torch's elastic rendezvous, unless
+``ELASTIC_OTEL_ENABLED=false``. Nothing happens before the program imports torch.
+Design: ``docs/architecture.md`` (How activation works).
 """
 
 from __future__ import annotations

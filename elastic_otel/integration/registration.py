@@ -1,24 +1,11 @@
 """torch registration: the ``otel`` destination in torch's event handler registry, and the one
 owner of everything registering changes.
 
-``events.get_logging_handler("otel")`` then returns the bridge handler, and
-``events.record(event, "otel")`` / ``torchrun --event-log-handler otel`` reach it. torch's
-``dynamic_rendezvous`` destination is routed to the bridge too, unless asked not to: torch
-builds no rendezvous event at all while that destination is a ``NullHandler``.
-
-**One owner.** :func:`register` changes process-wide state of torch's and of this process:
-torch's handler registry (``otel``, ``dynamic_rendezvous``), the rendezvous logger's handlers,
-torch's metric lookup ``getStream`` (in ``torch.distributed.elastic.metrics`` and its ``api``
-module) with the meter provider behind it, the methods of torch's agent classes, and a step of
-the process's exit path. :class:`Registration` holds all of it, with what it replaced, on the
-instance, and :meth:`Registration.uninstall` undoes exactly what :meth:`Registration.install`
-did, in the shape of OpenTelemetry's ``BaseInstrumentor._instrument`` / ``_uninstrument``.
-Why: one owner makes "undo everything" a property of one class, and a second :func:`register`
-after :func:`unregister` installs afresh.
-
-The bridge handler itself keeps running after :func:`unregister` (it is the process's, see
-:func:`elastic_otel.bridge.handler.get_handler`; its exit step stays on the exit path so that
-what it holds is still flushed).
+:class:`Registration` installs the ``otel`` destination (and ``dynamic_rendezvous``, without
+which torch builds no rendezvous event), torchelastic's metrics, the agent instrumentation and
+an exit step, keeping what it replaced on the instance; :meth:`Registration.uninstall` undoes
+exactly that, as OpenTelemetry's ``BaseInstrumentor`` does. The bridge handler itself outlives
+:func:`unregister`. Design: ``docs/architecture.md`` (Life cycle).
 """
 
 from __future__ import annotations

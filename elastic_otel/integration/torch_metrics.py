@@ -1,49 +1,10 @@
 """torchelastic's metrics (``torch.distributed.elastic.metrics``) as OpenTelemetry metrics.
 
-torch's agent publishes metrics with ``put_metric(name, value, group)`` and the ``@prof``
-decorator (``<fn>.success``, ``<fn>.failure``, ``<fn>.duration.ms``). :func:`install` turns
-every value into an OTel data point named ``torchelastic.<name>`` (lower-cased, as the SDK
-exports instrument names; characters OTel does not allow become ``_``):
-
-* ``<fn>.duration.ms`` → histogram ``torchelastic.<fn>.duration``, unit ``ms``;
-* ``<fn>.success``, ``<fn>.failure``, ``*_total``, ``run_*`` and the worker-state counts
-  (``healthy``, ``failed``, ...) → counters;
-* ``remaining_restarts``, ``flakiness`` (unit ``%``) and any name not known here → gauges
-  (the last value: nothing is assumed about how a user's values add up);
-* ``workers.<role>.<name>`` → ``torchelastic.workers.<name>`` with ``torchelastic.role``.
-
-The bridge adds its own: the recovery histograms of :mod:`elastic_otel.emit.recovery_metrics`,
-the goodput gauge and badput counter (:mod:`elastic_otel.emit.goodput_metrics`), the straggler
-gauges (:mod:`elastic_otel.emit.straggler_metrics`) and its health counters
-(:mod:`elastic_otel.emit.bridge_health`).
-
-Every point carries ``torchelastic.metric_group``, ``torchelastic.role`` for ``workers.<role>.*``
-and ``torchelastic.run_id`` once known (:func:`set_run_id`, else torchrun's ``--rdzv-id``).
-
-**How the handler is installed, and why this way.** torch resolves a handler per value with
-``getStream(group)``: the handler ``configure()``-d for the group, else the default one. The
-launcher calls ``metrics.initialize_metrics(MetricsConfig(...))`` before the agent runs; in
-open-source torch it does nothing, but it is where a deployment's ``metrics.static_init`` installs
-*its* handlers with ``configure()``, which would replace one configured here, and users configure
-their own handlers per group too. A configured handler can therefore be silently undone, and a
-group nobody configured in advance would be missed. So :func:`install` wraps the lookup itself:
-the stream ``getStream`` returns feeds the bridge *and* the handler torch's table resolves, for
-every group, whatever is configured before or after. :meth:`TorchMetrics.uninstall` puts the
-lookup back, in both modules.
-
-Where points go: the application's SDK ``MeterProvider`` when one is installed (e.g. by
-``opentelemetry-instrument``), else one built here from ``OTEL_METRICS_EXPORTER`` (default
-``otlp``) with a ``PeriodicExportingMetricReader`` (``OTEL_METRIC_EXPORT_INTERVAL``), shut down
-at exit within ``ELASTIC_OTEL_EXIT_TIMEOUT``: its last export is a step of the process's one exit
-path (:mod:`elastic_otel.bridge.process_exit`), run beside the bridge's own shutdown in the same
-bound (no ``atexit`` hook of its own).
-
-**What it needs, explicitly.** A :class:`TorchMetrics` is given the bridge handler whose
-counters and recovery spans it reports and the settings it uses; nothing is looked up in a
-process-wide slot that may or may not be filled yet. The
-:class:`~elastic_otel.integration.registration.Registration` makes and holds it. Which
-installation is in effect is kept where the process-wide state is: on the lookup it put in
-torch's modules.
+:func:`install` wraps torch's metric lookup ``getStream``, so that every value torch's agent
+(or a user) puts, in any group and whatever handler is configured before or after, also
+becomes an OpenTelemetry data point named ``torchelastic.<name>``; the bridge's own instruments
+share its meter provider. Names and instruments: ``docs/attributes.md`` (Metrics); why the
+lookup is wrapped, and where points go: ``docs/architecture.md`` (torchelastic's metrics).
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """torchelastic 0.2's event API (the ``torchelastic`` package) into the bridge.
 
-``torchelastic.events.configure(OtelEventHandler(), event_type="torchelastic")`` sends the events
-recorded with ``torchelastic.events.record(name, event_type, metadata)`` or ``record_event(event)``
-to the process-wide bridge handler (:func:`elastic_otel.get_handler`), the same one torch's
-``otel`` destination feeds. A torchelastic 0.2 ``Event`` (``name``, ``type``, ``metadata``,
-``timestamp`` in milliseconds) is turned into the shape of torch's ``Event``: one log record per
-event with the same attributes as torch's, plus ``torchelastic.event.type``, and the same spans
-for ``torchelastic.worker.status.*`` events (agent steps, one span per worker).
-
-torchelastic 0.2 events have no ``source``: ``metadata["source"]`` is used when it names one
-(``AGENT``, ``WORKER``); else ``torchelastic.worker.status.*`` events count as the agent's and
-others as ``UNKNOWN``. Events of torch's own ``Event`` type are passed on unchanged.
-
-This module imports neither torch nor the OpenTelemetry SDK; ``torchelastic`` only if installed.
+``torchelastic.events.configure(OtelEventHandler(), event_type="torchelastic")`` sends its
+events to the process-wide bridge handler, read in the shape of torch's ``Event`` (the same log
+records and spans, plus ``torchelastic.event.type``). Imports neither torch nor the
+OpenTelemetry SDK; ``torchelastic`` only if installed. Design: ``docs/attributes.md`` (How
+torch's events are read).
 """
 
 from __future__ import annotations

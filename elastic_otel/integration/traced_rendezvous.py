@@ -1,33 +1,10 @@
 """Traced rendezvous for any backend: a wrapper around a ``RendezvousHandler``.
 
-Only torch's c10d and etcd-v2 backends (``DynamicRendezvousHandler``) record rendezvous events;
-static, etcd and third-party backends record none, so their joins would leave no spans. The
-wrapper gives every backend the same span model as the event-driven path: around each
-``next_rendezvous`` it feeds the shared bridge handler (:func:`elastic_otel.get_handler`)
-rendezvous events shaped like torch's own, "attempts to join", "has joined round N as rank R
-in a world of size W", or FAILED with the error and its traceback, so that the trace model
-builds ``rendezvous.join`` / ``rendezvous.member`` in the round's shared trace, parents the
-agent's spans under them and correlates the logs. ``set_closed`` and ``shutdown`` become the
-``marked_closed`` / ``closed`` (or ``shutdown_failed``) events; ``next_rendezvous`` durations
-and ``num_nodes_waiting`` become metrics (:mod:`elastic_otel.integration.torch_metrics`).
-
-The round, which the trace id is derived from, is the backend's own when it has one (the
-dynamic handler's round, etcd's rendezvous version); static rendezvous is always round 0; any
-other backend counts its successful ``next_rendezvous`` calls.
-
-No duplicates: when the wrapped handler is a ``DynamicRendezvousHandler`` and torch's
-``dynamic_rendezvous`` events already reach the bridge, the wrapper only adds metrics.
-
-torchrun uses it through the ``torchrun.handlers`` entry points ``otel-c10d``, ``otel-static``,
-``otel-etcd`` and ``otel-etcd-v2`` (:mod:`elastic_otel.integration.entry_points`, with
-:func:`traced_creator`); choosing one asks for telemetry, so it activates the bridge and its
-metrics unless ``ELASTIC_OTEL_ENABLED=false``.
-
-torch's registry requires ``get_backend()`` to equal the requested name (``otel-static``), so a
-handler made there reports that name; one wrapped in code reports the wrapped backend's name.
-No torch code compares ``get_backend()`` with a built-in name: torchrun's ``static`` special
-cases look at its ``--rdzv-backend`` argument instead, and :func:`traced_creator` fills in what
-torchrun gives ``static`` only (the node rank, and the ``--master-addr:--master-port`` endpoint).
+Only torch's c10d and etcd-v2 backends record rendezvous events; static, etcd and third-party
+backends record none, so their joins would leave no spans. The wrapper feeds the bridge events
+shaped like torch's own around each ``next_rendezvous`` (none twice where torch's arrive too)
+and reports its durations as metrics; torchrun reaches it through the ``otel-*`` backends.
+Design: ``docs/architecture.md`` (Traced rendezvous backends).
 """
 
 from __future__ import annotations

@@ -1,48 +1,11 @@
 """Agent and worker state machine: ``torchelastic.worker.status.*`` events as spans.
 
-Under the node's ``rendezvous.member`` span of the round (:mod:`elastic_otel.model.rendezvous`)::
-
-    agent.rendezvous, agent.assign_worker_ranks   back-dated by the event's duration_ms
-    worker (one per global rank)                   START → SUCCEEDED / FAILED / TERMINATED
-
-The agent's own span, ``agent.run``, ends with its SUCCEEDED / FAILED event, in the trace of
-the round it finished in, and links to the rounds before.
-
-**Recoveries.** Each restart of the worker group the instrumented agent reports
-(``elastic_otel.agent.restart_workers`` start / end) is an ``agent.recovery`` span, from the
-agent noticing the failure (or the waiting node) to its workers running again, with its
-phases as children: ``agent.stop_workers``, ``agent.rendezvous``, ``agent.assign_worker_ranks``,
-``agent.start_workers``. It belongs to the round it leads to, so the recovery and its phases
-(and their log records) are held until it ends, when that round's trace is known; it is a
-root of that trace, linked to the failed worker's span and to the node's previous round
-(:mod:`elastic_otel.model.recovery` does the holding).
-
-**Worker trace context.** Before torch starts the workers, the instrumentation asks
-:meth:`AgentModel.reserve_workers` for the ids their ``worker`` spans will have, to give
-each worker process its ``TRACEPARENT``; the spans the START events open then use them.
-
-The instrumented agent's ``elastic_otel.agent.exit_barrier`` and ``stop_workers`` start / end
-are spans of their own; the end of ``stop_workers`` ends the workers still running.
-
-**Seams.** What is left here is the state machine of the agent's steps (with the span ids
-reserved for ``TRACEPARENT``, which are worker spans chosen early). The rest sits behind
-narrow seams, so that each part can be read without the others' internals:
-
-* the ``worker`` spans (how one is opened, ended, marked failed, peer-failed or stopped by its
-  agent, linked to the root cause, and how the workers' outcomes are told) are
-  :class:`~elastic_otel.model.agent_workers.WorkerSpans`, applied to each :class:`Agent`;
-* the rendezvous side is only asked, through :class:`RoundView` (the node's member span ids,
-  its round, what it knows), and only tells, through ``RoundListener`` (re-joins, ended
-  memberships); neither module imports the other, and
-  :class:`~elastic_otel.model.trace_model.TraceModel` builds and wires both;
-* recovery holding is :class:`~elastic_otel.model.recovery.RecoveryHold`, one per agent: every
-  span this module ends and every log it writes passes through it, and it keeps back what
-  belongs to the recovery under way;
-* stalls: :meth:`AgentModel.waits` lists the steps that wait on others;
-  :mod:`elastic_otel.model.stalls` decides when to report them.
-
-Worker states are :class:`~elastic_otel.names.torch_names.WorkerState` members; attribute
-values are set from ``.value`` so that what is exported stays plain text.
+Under the node's ``rendezvous.member`` span of the round: the agent's steps (back-dated by
+their ``duration_ms``), one ``worker`` span per global rank, and each recovery
+(``agent.recovery`` with its phases); ``agent.run`` spans the agent's life. The workers' span
+ids are chosen before they start (:meth:`AgentModel.reserve_workers`), for their
+``TRACEPARENT``. The rendezvous side is seen only through :class:`RoundView`. Spans:
+``docs/trace-model.md``; the seams: ``docs/architecture.md`` (The trace model's parts).
 """
 
 from __future__ import annotations
@@ -227,7 +190,7 @@ class AgentModel:
         return agent.steps.get(state) if agent is not None else None
 
     def reserve_workers(self, run_id: str, local_ranks: list[int]) -> WorkerLaunch:
-        """Choose the span ids of the workers about to start (see the module docstring)."""
+        """Choose the span ids of the workers about to start, for their ``TRACEPARENT``."""
         agent = self.agents.get(run_id)
         if agent is None:
             agent = self.agents[run_id] = Agent(run_id)

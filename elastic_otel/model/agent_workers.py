@@ -1,22 +1,10 @@
 """An agent's ``worker`` spans: one per global rank, START → SUCCEEDED / FAILED / STOPPED ...
 
-:class:`WorkerSpans` is how a worker's span is opened (with the ids reserved for its
-``TRACEPARENT``, if any), how it ends, is marked failed, peer-failed or stopped by its agent,
-and linked to the root cause, and how a group still running is ended when it is replaced.
-Which event means which step, and the agent's own spans, are
-:class:`~elastic_otel.model.agent.AgentModel`'s concern: it keeps the agents and calls the
-steps here, each on the :class:`WorkerGroup` of one agent.
-
-Worker outcomes come from two places. With the agent instrumented
-(:mod:`elastic_otel.integration.agent_instrumentation`), the agent's own view arrives as it
-happens: a FAILED worker (exit code, error file, failure time) or a SUCCEEDED one when the
-agent's monitor sees it, then ``elastic_otel.agent.stop_workers`` start / end, which ends the
-workers still running as ``STOPPED`` with a link to the failed worker's span. torch's own
-worker events, which come later (after the exit barrier) or never (before a restart), then
-only add log records to the spans already ended. Without instrumentation, torch's events are
-all there is: a worker that fails before a restart has no FAILED event, the next START with a
-higher ``agent_restarts`` is the only sign, so the workers of the replaced group end
-``REPLACED``; a START of a rank already running (a membership change) ends them ``RESTARTED``.
+:class:`WorkerSpans` opens a worker's span (with the ids reserved for its ``TRACEPARENT``),
+ends it, marks it failed, peer-failed or stopped, links it to the root cause, and ends a group
+still running when it is replaced. Outcomes come from the instrumented agent as it sees them,
+else from torch's own events alone (``REPLACED``, ``RESTARTED``). Design:
+``docs/trace-model.md`` (Worker outcomes when the agent sees them).
 """
 
 from __future__ import annotations

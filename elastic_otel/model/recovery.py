@@ -1,18 +1,10 @@
 """Recovery holding: a restart of an agent's worker group, held until its round is known.
 
-A recovery (``elastic_otel.agent.restart_workers`` start / end, from the agent
-instrumentation) is an ``agent.recovery`` span with its phases as children
-(``agent.stop_workers``, ``agent.rendezvous``, ``agent.assign_worker_ranks``,
-``agent.start_workers``). It belongs to the trace of the round it leads to, which is only
-known once it ends; so the span, its ended phases and their log records are held here and
-handed out together at the end, the span a root of that trace, linked to the failed worker's
-span and to the node's member span of the round it left.
-
-**Why a seam here.** Holding is a concern of its own: which spans and logs wait, and what
-happens to them at the end, does not depend on how the agent's steps and workers move. The
-agent model (:mod:`elastic_otel.model.agent`) owns one :class:`RecoveryHold` per agent and
-hands every span it ends and every log it writes through it (:meth:`RecoveryHold.finish`,
-:meth:`RecoveryHold.log`); what is not part of the recovery under way passes straight out.
+A recovery's ``agent.recovery`` span, its phases and their log records belong to the trace of
+the round it leads to, known only when it ends: :class:`RecoveryHold`, one per agent, keeps
+them back and hands them out together, and lets everything else pass straight out. Spans:
+``docs/trace-model.md`` (Recoveries and the training code); why a part of its own:
+``docs/architecture.md`` (The trace model's parts).
 """
 
 from __future__ import annotations

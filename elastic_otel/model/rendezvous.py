@@ -1,35 +1,11 @@
 """Rendezvous state machine: torch's ``RdzvEvent``s of one process as spans, per node and round.
 
-Per node (hostname, pid, local_id) and rendezvous round, in the round's shared trace
-(:mod:`elastic_otel.model.trace_ids`)::
-
-    rendezvous.join      "attempts to join" → "has joined round N as rank R" (OK) or FAILED (ERROR)
-     └─ rendezvous.member  joined → re-join / close / failure / exit; keep-alives aggregated
-
-**Large rounds.** A round of more than ``round_trace_max_nodes`` nodes (the world size is in
-the "has joined" message, so every node decides alike without asking the others) would make
-one trace too large for Tempo (5 MB) and Jaeger (10,000 spans per query): there each node's
-member span, and so everything under it (agent steps, workers, the training script's spans),
-is the root of a trace of the node's own, derived from (run, round, rank); the round's trace
-keeps one ``rendezvous.join`` per node, and the two are linked both ways (``LINK_KIND``).
-
-The round is only in torch's message text, and only after the join began, so the join span
-gets its trace id once the round is known; its log records wait for it (bounded), so that
-each log carries the trace and span id it belongs to. Each member span links to the same
-node's member span of the round before. Keep-alives, heartbeat updates and syncs arrive every
-few seconds for the whole job: they are counted on the open span, not kept as span events.
-
-**Seams.** This module keeps the nodes (bounded, least recently used first out), decides
-which node an event is about and what it means for it, counts the keep-alives, and answers
-the queries; how a node's spans are opened, traced, linked and ended, and which span a log
-record belongs to, is :class:`~elastic_otel.model.rendezvous_node.NodeSpans`.
-
-This model knows nothing of agents. What the agent side must hear (a node re-joining, a
-membership ending) goes out through :class:`RoundListener`; what it may ask about a node (its
-member span's ids, its round, what it knows) it asks through the read-only queries below,
-which are :class:`~elastic_otel.model.agent.RoundView` (defined beside the side that asks).
-Neither module imports the other; :class:`Node` stays this model's own, and
-:mod:`elastic_otel.model.trace_model` wires the two.
+Per node (hostname, pid, local_id) and round, ``rendezvous.join`` from "attempts to join" to
+"has joined round N", then ``rendezvous.member`` until a re-join, the close, a failure or the
+process's exit, with the keep-alives counted on it. The round, and so the trace id, is known
+only from torch's message, so a join's log records wait for it; a large round gives each node
+a trace of its own. Spans: ``docs/trace-model.md``; the seams with the agent side and
+:class:`~elastic_otel.model.rendezvous_node.NodeSpans`: ``docs/architecture.md``.
 """
 
 from __future__ import annotations

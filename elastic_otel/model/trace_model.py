@@ -1,22 +1,9 @@
 """Trace model: torch elastic events of one process → ended spans and correlated log records.
 
 Rendezvous events go to :class:`~elastic_otel.model.rendezvous.RendezvousModel`, agent and
-worker events to :class:`~elastic_otel.model.agent.AgentModel`, which parents its spans under
-the rendezvous spans of the round; anything else is a log record of the node's open span.
-Trace ids come from :mod:`elastic_otel.model.trace_ids`, so every node of a round derives the same.
-
-**Why the seams are here.** The two state machines need each other: agent spans are parented
-under the node's member span, and the agent must hear when its node re-joins or leaves a
-round. Neither imports the other; each defines the narrow face it needs of the other
-(``RoundView`` in :mod:`~elastic_otel.model.agent`, read-only; ``RoundListener`` in
-:mod:`~elastic_otel.model.rendezvous`, two notices), and this module, which joins them, builds
-both in its constructor: the rendezvous model tells this model, which relays to the agent
-model; the agent model asks the rendezvous model. What concerns both (the backend named by an
-agent event labels the node; a generic event's log goes to the node's member span) is done here.
-
-State is bounded: past ``max_tracked`` nodes or agents the least recently used is ended.
-Nothing here is thread-safe or needs to be: the model has one owner thread
-(:mod:`elastic_otel.bridge.event_thread`), and neither torch nor the OpenTelemetry SDK is imported.
+worker events to :class:`~elastic_otel.model.agent.AgentModel`; this module builds both and
+joins them, since neither imports the other. Bounded state, one owner thread (the bridge's
+event thread), no torch, no SDK. Design: ``docs/architecture.md`` (The trace model's parts).
 """
 
 from __future__ import annotations

@@ -1,36 +1,11 @@
 """Parse what torch hands a logging handler into :class:`ElasticEvent`.
 
-torch logs ``Event.serialize()`` / ``RdzvEvent.serialize()`` (JSON strings); the documented
-``get_logging_handler(...).info(event)`` passes the objects themselves, and the agent
-instrumentation its :class:`~elastic_otel.parsing.records.AgentRecord` (an ``Event`` with typed
-facts beside it). All become one :class:`ElasticEvent` with typed fields and a ready-to-emit
-attribute dict, built once and shared by the log record and the span model.
-
-Anything else (invalid JSON, unknown shapes, ``None``, arbitrary objects) becomes an event of
-kind ``UNPARSED`` that keeps the original text, truncated, and says why. Nothing here raises
-for bad input and nothing imports torch or the OpenTelemetry SDK.
-
-A bad field loses only itself. The convention, the same for every event kind:
-
-* **Typed fields** (ints: a rendezvous event's ``pid``, ``local_id`` and ``rank``; an agent
-  event's ``global_rank``, ``group_rank``, ``agent_restarts`` and the nested ``worker_pid``;
-  floats: ``duration_ms``; the event ``timestamp``) that are present (not ``null``) but unusable
-  become "absent": the :class:`ElasticEvent` field is ``None`` (the record time, for a
-  timestamp), the typed attribute is left out, and ``torchelastic.invalid.<field>``
-  (:data:`~elastic_otel.names.attributes.INVALID_PREFIX`) holds the original value as text, cut to
-  256 characters. An int is usable when it is an ``int`` (not a ``bool``), an integral
-  ``float`` or ASCII decimal text with an optional sign and surrounding whitespace (``" 7 "``),
-  within OTLP's int64; ``"²"``, ``"٣"``, ``"--5"``, ``"1e3"``, ``"0x10"``, ``NaN``, ``1e30`` and
-  bytes are not.
-* **Text fields** (names, ``run_id``, ``hostname``, ``message``, states, ``role``) are never
-  invalid: a non-string becomes its text (an enum its value, or name for states and sources).
-* **Uninterpreted fields** (any other metadata key, fields a newer torch adds) are kept as
-  ``torchelastic.<key>``, as they came (containers and out-of-int64 ints as JSON text).
-* States (``node_state``, ``state``) stay text: a newer torch may add one, and it must pass
-  through; the model compares them with the enums of :mod:`elastic_otel.names.torch_names`.
-* Only the shape of the event itself (not a JSON object, no ``name``/``source`` or
-  ``run_id``/``node_state``/``message``, ``metadata`` that is not an object) makes it
-  ``UNPARSED``.
+torch's serialized events, its ``Event`` / ``RdzvEvent`` objects and the agent
+instrumentation's :class:`~elastic_otel.parsing.records.AgentRecord` all become one
+:class:`ElasticEvent` with typed fields and a ready-to-emit attribute dict, built once for the
+log record and the span model. Bad input never raises: a bad field loses only itself, and what
+is no event becomes an ``UNPARSED`` one. No torch, no OpenTelemetry SDK.
+Design, the rules for bad fields: ``docs/attributes.md`` (How torch's events are read).
 """
 
 from __future__ import annotations

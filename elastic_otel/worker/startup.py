@@ -1,52 +1,11 @@
 """The worker start-up: what a worker leaves for its agent to report, when it dies or hangs.
 
-torch's agent learns only an exit code or a signal number when a worker dies, and torch keeps
-no worker stderr unless asked to: a segfault in an extension, an ``abort()`` from C++ or an
-uncaught exception in a script without ``@record`` says nothing more; a worker that hangs says
-nothing at all. So the instrumented agent
-(:mod:`elastic_otel.integration.agent_instrumentation`) puts this package's ``worker/site``
-directory first on each worker's ``PYTHONPATH``; its ``sitecustomize`` calls :func:`start`
-before the training script runs a line, then chains to the next ``sitecustomize`` on the path
-(``opentelemetry-instrument``'s). The reports are files in the worker's private error-file
-directory (``TORCHELASTIC_ERROR_FILE``), not telemetry: a dying or stuck process cannot export,
-and the agent, which outlives it, reads them (:mod:`elastic_otel.parsing.worker_reports`,
-:mod:`elastic_otel.parsing.worker_progress`).
-
-* The start-up is for the worker process alone: it first puts the worker's own ``PYTHONPATH``
-  back and removes its variables, so the worker's children (DataLoader workers, subprocesses)
-  neither run it nor pay for it. An ``exec`` keeps the worker's pid, the process torch
-  watches, so the program it becomes runs the start-up again (``torchrun --no-python
-  opentelemetry-instrument python train.py``: the launcher execs the script).
-* Each feature is a function of its own, tried on its own: one that fails leaves the others,
-  and the worker runs as it would without the start-up. Nothing is printed. All of it is off
-  when the agent runs with ``ELASTIC_OTEL_WORKER_STARTUP=false``.
-* Fatal signals: ``faulthandler`` into
-  :data:`~elastic_otel.names.environment_variables.WORKER_FAULT_FILE`, all threads. When
-  ``faulthandler`` is already on (``PYTHONFAULTHANDLER``, ``-X faulthandler``) that choice wins
-  and no fault file is written; a later ``faulthandler.enable()`` (torch's ``@record`` calls it,
-  to stderr) also takes the stacks away from the file, since ``faulthandler`` writes to one
-  file only. Forked children keep the handler but write to ``/dev/null``: their crash is not
-  the worker's.
-* Uncaught exceptions: a chained ``sys.excepthook`` writes
-  :data:`~elastic_otel.names.environment_variables.WORKER_ERROR_FILE` (type, message, whole
-  traceback, time; bounded, written atomically), then calls the previous hook.
-* Stacks on request: ``faulthandler.register`` appends every thread's Python stack to
-  :data:`~elastic_otel.names.environment_variables.WORKER_STACKS_FILE` when the worker gets
-  ``ELASTIC_OTEL_STACK_SIGNAL`` (default ``SIGRTMIN+3``; ``none`` turns it off), also while
-  its main thread is blocked in C (a collective, a ``sleep``): the handler runs in C, needs no
-  GIL, no ptrace and no debugger. A signal the worker already handles or ignores is left
-  alone. Forked children keep the handler, writing to ``/dev/null``: a stray signal must not
-  kill them.
-* Progress: :mod:`elastic_otel.worker.progress` keeps
-  :data:`~elastic_otel.names.environment_variables.WORKER_PROGRESS_FILE` up to date from the
-  training thread (which collective it is in and since when, how many it did, its last
-  ``elastic_otel.mark_step``), with the stack signal armed above: the agent signals only a
-  worker whose record names one, since an unhandled real-time signal kills the process. The
-  collectives are wrapped by a one-shot import hook, as torch imports ``distributed_c10d``.
-* Collectives whoever issued them (DDP's reducer, functional collectives, compiled graphs):
-  :mod:`elastic_otel.worker.collectives` reads torch's Flight Recorder on a daemon thread.
-
-Only ``os`` and ``sys`` are imported up front: a process that is not a worker pays nothing.
+torch's agent learns only an exit code when a worker dies, and nothing while it hangs. Run by
+the ``sitecustomize`` the agent puts first on each worker's ``PYTHONPATH``, :func:`start` arms,
+each on its own, ``faulthandler`` and an exception hook into report files, stacks on a signal,
+the progress record and the collectives thread; the agent, which outlives the worker, reads
+the files. A feature that fails changes nothing for the worker.
+Design: ``docs/architecture.md`` (The worker start-up).
 """
 
 from __future__ import annotations
@@ -152,7 +111,7 @@ def _create(path: str) -> int:
 
 
 def _record_fatal_signals(directory: str) -> None:
-    """``faulthandler`` into the fault file (see the module docstring)."""
+    """``faulthandler`` into the fault file (``docs/architecture.md``, The worker start-up)."""
     import faulthandler
 
     from elastic_otel.names import environment_variables as env
@@ -273,7 +232,7 @@ def _write_atomically(path: str, data: bytes) -> None:
 
 def _follow_exec(directory: str) -> None:
     """An ``exec`` in the worker process hands the start-up on to the program it becomes (see
-    the module docstring); every ``os.exec*`` function goes through ``execv`` or ``execve``."""
+    ``docs/architecture.md``); every ``os.exec*`` function goes through ``execv`` or ``execve``."""
     import functools
     from collections.abc import Mapping
     from typing import Any, NoReturn
@@ -347,7 +306,7 @@ def parse_stack_signal(value: str | None) -> int | None:
 
 def _dump_stacks_on_signal(directory: str) -> None:
     """``faulthandler.register``: every thread's stack appended to the stacks file on the
-    stack signal (see the module docstring)."""
+    stack signal (``docs/architecture.md``, The worker start-up)."""
     import faulthandler
     import signal
 
