@@ -1,19 +1,10 @@
 """Fork safety: a forked child's new threads never take a thread id that an inherited torch
 store still holds, so the store joins its own, finished thread as it would without the bridge.
 
-After ``fork()`` glibc marks the parent's thread stacks finished and caches them, and a thread's
-``pthread_t`` is the address of its descriptor on its stack. torch's ``TCPStore`` joins its
-libuv daemon by that id when destroyed. A store a forked child inherited (garbage the parent
-had not collected) so joins a finished, joinable descriptor: the join returns at once. It
-fails only when something has happened to that stack since: a thread started in the child took
-it (detached, as every Python thread: ``EINVAL``, torch aborts; joinable and never ending, as
-gRPC's: the join waits forever with the GIL held), or glibc unmapped it when its cache grew too
-large (``SIGSEGV``). So in a forked child, before the bridge's threads start there, the guard
-starts one native, joinable thread on each inherited stack that ends at once and is never
-joined: the stack stays in use, so neither new threads nor the cache take it, and a store's
-join finds a finished, joinable thread there, as it would have. gRPC restarts its threads
-inside ``fork()``, before any Python code runs in the child; for them the parent raises the
-default stack size above every stack it has, just for the fork. Design: ``docs/guarantees.md``.
+In a forked child, before the bridge's threads start there, a native thread that ends at once
+and is never joined is started on each stack inherited from the parent, so that no new thread
+and no glibc cache takes it; for the threads gRPC restarts inside ``fork()``, the parent raises
+the default stack size just for the fork. Design: ``docs/guarantees.md`` (Forked processes).
 """
 
 from __future__ import annotations

@@ -1,31 +1,9 @@
 """A tiny CPU data-parallel training script for torchrun (gloo): the job of ``elastic-otel demo``.
 
 Shipped inside the package so that the demo works after a plain ``pip install``;
-``examples/train.py`` is this file. torchrun's ``--event-log-handler otel`` activates the
-bridge in the agents; the script itself only adds its own spans, as any training script can:
-``elastic_otel.start_worker_telemetry()`` exports them with the agents' ``OTEL_*`` settings,
-``elastic_otel.worker_context()`` puts them under this rank's ``worker`` span, and
-``elastic_otel.mark_first_step()`` marks where training resumed after a recovery;
-``elastic_otel.mark_step(step)`` and ``elastic_otel.saving_checkpoint(step)`` tell the agents
-which steps count and which a restart redoes (goodput, docs/goodput.md).
-
-Environment:
-  TRAIN_STEPS          optimisation steps (default 20)
-  TRAIN_FAIL_RANK      global rank that raises on its first attempt (default: none; not 0,
-                       whose worker hosts the job's store)
-  TRAIN_FAIL_BEFORE_INIT  1: that rank fails before the process group exists, so that the
-                       other ranks wait in init (and restart the same way every run) instead
-                       of failing on a closed connection; the demo does this. Default: it
-                       fails after init, so that without restarts the whole job fails fast
-  TRAIN_FAIL_ONCE_DIR  directory for the marker file that makes the failure happen once
-  TRAIN_WAIT_FOR_WORLD idle (up to TRAIN_WAIT_SECONDS, default 120) while the world is
-                       smaller than this, so that an elastic scale-up restarts the workers
-  TRAIN_CHECKPOINT_EVERY  steps between checkpoints (default 5; 0: none)
-  TRAIN_CHECKPOINT_DIR where checkpoints are saved and a restart resumes from (default: the
-                       state is saved in memory only, and a restart starts over)
-  TRAIN_OTEL           0: no spans of its own (default: when the agent gave it TRACEPARENT)
-  TRAIN_EVENTS_FILE    append "<start|fail> <global rank> <restart> <unix time>" lines to it
-                       (the recovery benchmark reads them)
+``examples/train.py`` is this file. It does what any training script can: its own spans under
+its rank's ``worker`` span, its first step, the steps that count and its checkpoints. Its
+``TRAIN_*`` variables (steps, an injected failure, checkpoints): ``docs/cli.md``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Replay torch elastic events found in log files as OpenTelemetry spans and logs.
 
-torchrun's ``console`` event destination prints every event as a JSON line, and job logs
-often carry them behind a prefix (``[default0]:``, a glog header ``I1121 23:23:40.128000 5550
-torch/...api.py:1028] ``). :class:`Replayer` streams each file in blocks, looks only at the
-lines that contain ``"name"`` (which every serialized event does), finds each ``Event`` /
-``RdzvEvent`` object anywhere in such a line, and feeds them to a
-:class:`~elastic_otel.bridge.conversion.Conversion`, the live bridge's own way from an event to
-its spans and log records, with a :class:`~elastic_otel.model.trace_model.TraceModel` and an
-:class:`~elastic_otel.emit.emitter.Emitter` of its own per file, since one file is one agent's
-log. What replay adds is only what a log file needs: finding the events, their times, the
-``--run-id`` filter, counting, and flushing the exporters as it goes.
-
-An event's time is its own timestamp when it has one, else the timestamp of its log line's
-header, else a synthetic time that keeps file order (just after the last header seen). Files
-may be plain or gzip (detected by their first bytes); ``-`` reads standard input.
+:class:`Replayer` streams each file (plain, gzip or standard input), finds the ``Event`` /
+``RdzvEvent`` JSON objects in its lines, whatever prefix they carry, and feeds them to the live
+bridge's own :class:`~elastic_otel.bridge.conversion.Conversion`, with a trace model and an
+emitter per file (one file is one agent's log). What replay adds is only what a file needs:
+finding the events, their times, the ``--run-id`` filter. Design: ``docs/cli.md`` (replay).
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """The bridge's own health as OpenTelemetry metrics: what :func:`elastic_otel.stats` returns.
 
 Loss must be visible where operators look, not only in a Python call: every counter of
-``elastic_otel.stats()`` is also an observable instrument on the metrics pipeline that
-:mod:`elastic_otel.integration.torch_metrics` installs, read at each collection (nothing is
-added on torch's threads). Instruments:
-
-* ``elastic_otel.events.received``, ``elastic_otel.events.unparsed`` (``{event}``);
-* ``elastic_otel.records.exported`` (``{record}``: log records and spans);
-* ``elastic_otel.dropped`` (``{record}``) with ``elastic_otel.reason``: ``queue_full`` (events
-  the bridge's queue refused), ``after_shutdown`` (events recorded after the exit flush ended
-  the open spans), ``sdk_queue`` (the SDK's batch queues), ``collector_outage``
-  (oldest records past ``ELASTIC_OTEL_RETRY_QUEUE_SIZE``), ``rejected`` (records the exporter
-  could not send), ``lost_at_exit``;
-* ``elastic_otel.export.pending`` (``{record}``): held back while the collector is down;
-* ``torchelastic.stalled.seconds`` (gauge, ``s``) with ``torchelastic.stalled.in``: the longest
-  current wait past ``ELASTIC_OTEL_STALL_AFTER`` (0 when none), for an alert to watch.
-
-The last collection at exit may precede the exit flush, so ``lost_at_exit`` is exact in
-``stats()`` and in the exit warning, not always in the metric.
+``elastic_otel.stats()``, and the longest current stall, is an observable instrument read at
+each collection (nothing is added on torch's threads). The instruments and what each drop
+reason means: ``docs/guarantees.md``.
 """
 
 from __future__ import annotations

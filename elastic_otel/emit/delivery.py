@@ -1,19 +1,10 @@
 """Delivery: between the SDK's batch processors and the network, survive collector outages.
 
-The OTLP exporters retry one batch until ``OTEL_EXPORTER_OTLP_TIMEOUT`` and then drop it, and
-log a warning (sometimes a traceback) for every attempt. For a training job that outlives a
-collector restart that means lost events and a noisy console. Two small pieces fix that:
-
-* :class:`OutageBuffer` wraps an exporter. A batch that fails is kept in a bounded backlog
-  (``ELASTIC_OTEL_RETRY_QUEUE_SIZE`` records per signal) and sent again, oldest first, once the
-  collector answers; while it does not, new batches join the backlog without a network call
-  (probing again after a back-off of 1 s doubling to 30 s), so the SDK's worker never stalls
-  and its queue never overflows. Past the bound the oldest records are dropped and counted.
-* :class:`ExportWarnings` is a logging filter on the SDK's and exporters' loggers: the first
-  export problem is reported as one concise line, without traceback or header values; later
-  ones are only counted (:func:`elastic_otel.stats`).
-
-Both run on the SDK's export threads, never on torch's.
+The OTLP exporters retry a batch until their timeout, then drop it, and log every attempt: a job
+that outlives a collector restart would lose events and flood its console. :class:`OutageBuffer`
+keeps failed batches in a bounded backlog and sends them again once the collector answers;
+:class:`ExportWarnings` reduces export problems to one concise line. Both run on the SDK's
+export threads. Design: ``docs/guarantees.md``.
 """
 
 from __future__ import annotations

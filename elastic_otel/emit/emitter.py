@@ -1,18 +1,10 @@
 """OpenTelemetry emission: log models and finished span records into SDK processors.
 
-Spans are handed to the span processor already finished (``ReadableSpan``), with the trace id
-the model derived and the start time it back-dated: the SDK ``Tracer`` can do neither. Log
-records go through the public ``Logger.emit`` API with the span's context attached.
-
-Every string is clipped to the attribute length limit (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``,
-else :data:`DEFAULT_VALUE_LIMIT`, so that a megabyte traceback never reaches the wire) and
-lone surrogates are replaced, since protobuf refuses to encode them and would drop the batch.
-
-Exceptions go where ``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN`` says (``exception_signal``): by
-default as ``exception`` span events, as before the semantic conventions moved them to logs; with
-``logs`` as the log record of the failing event only, with the event name ``exception`` and the
-span's trace and span ids; with ``logs/dup`` both. The model records both forms either way; the
-choice is how they become OpenTelemetry data, so it is made here.
+Spans reach the span processor already finished, with the trace id the model derived and the
+start it back-dated, which the SDK ``Tracer`` cannot do; log records go through ``Logger.emit``
+in their span's context. Strings are clipped and cleaned so that no record can fail an export,
+and exceptions go where ``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN`` says. Design:
+``docs/trace-model.md`` (Exceptions: span events or log records), ``docs/guarantees.md``.
 """
 
 from __future__ import annotations

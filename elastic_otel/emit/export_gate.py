@@ -1,20 +1,10 @@
 """The export gate: no gRPC call of the bridge's exporters is under way when the process forks.
 
-gRPC's fork handlers give up when another thread is inside a gRPC call at ``fork()`` ("Other
-threads are currently calling into gRPC, skipping fork() handlers"); the child's gRPC is then
-left half set up, and its first exports can hang until their deadline: a forked child's
-telemetry is lost although the collector is up (seen: 2 children of 80 forked while the
-parent exported steadily). So every RPC of the OTLP/gRPC exporters the bridge builds (spans,
-logs, metrics) passes this gate (:func:`gate_grpc_calls`); before a fork the gate closes,
-waits for the calls under way to return (at most :data:`FORK_WAIT_S`), and opens again right
-after the fork, in parent and child. Calls that start meanwhile wait for it to open (on the
-SDK's export threads, never torch's).
-
-The gate holds the RPC alone, not the exporter's retry back-off around it: with a collector
-that refuses connections the RPC fails at once and a fork does not wait (gating the whole
-export made every fork wait the full bound then). A collector that never answers holds an
-RPC until its deadline: past the bound the fork goes ahead as it would without the bridge.
-Imports nothing of the SDK: the fork guard hooks it in before the SDK is loaded.
+gRPC's fork handlers give up when another thread is inside a gRPC call at ``fork()``, and the
+child's exports can then hang until their deadline although the collector is up. So every RPC
+of the bridge's OTLP/gRPC exporters passes this gate (:func:`gate_grpc_calls`), which closes
+before a fork, waits for the calls under way at most :data:`FORK_WAIT_S`, and opens after it.
+Imports nothing of the SDK. Design: ``docs/guarantees.md`` (Forked processes).
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """The ``elastic_otel_file`` exporters: a job's traces, logs and metrics in one OTLP JSON file.
 
-OpenTelemetry now ships the encoding (``opentelemetry-exporter-otlp-json-common``) and a file
-exporter (``opentelemetry-exporter-otlp-json-file``, entry point ``otlp_json_file``). Lines are
-encoded here with the official encoder; what the official exporter lacks is all that is kept:
-
-* the file comes from ``ELASTIC_OTEL_OTLP_JSON_FILE`` (the official one writes to stdout
-  unless given a path in code), so ``OTEL_TRACES_EXPORTER=elastic_otel_file`` works from the
-  environment alone;
-* several processes (the agents of a job) share one file: every line goes out in a single
-  ``os.write`` on an ``O_APPEND`` descriptor, so lines never interleave (the official one
-  writes through a buffered text stream);
-* metrics go to the same file, beside spans and logs.
-
-The exporters register as ``elastic_otel_file``, never as ``otlp_json_file``: with both
-packages installed, which one that name loads would be undefined. The official file exporter
-is not a dependency: its 0.66b1 pins ``opentelemetry-exporter-otlp-common`` to a version that
-the current OTLP exporters refuse. ``elastic-otel timeline`` reads what either exporter, and
-the Collector's ``file`` exporter, writes (:mod:`elastic_otel.cli.otlp_json_reader`).
+Lines are encoded with OpenTelemetry's own OTLP JSON encoder; what is kept here is what its file
+exporter lacks for a job: the file named by ``ELASTIC_OTEL_OTLP_JSON_FILE``, one file shared by
+the job's agents (each line one ``os.write`` on an ``O_APPEND`` descriptor) and metrics beside
+spans and logs. Why a name of its own and not a dependency: ``docs/cli.md``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
-"""What each failure and recovery cost, as OpenTelemetry metrics:
+"""What each failure and recovery cost, as OpenTelemetry metrics.
 
-* ``torchelastic.worker.failures``, a counter of root-cause worker failures by ``error.type``
-  (and ``torchelastic.oom_kill`` when the kernel's OOM killer did it): how many OOM kills, how
-  many segfaults this week. Only root causes (``torchelastic.failure.kind`` = ``root_cause``):
-  the peers that died of a failure, and the workers their agents stopped, are not counted, so
-  one rank's crash counts once however many ranks the job has;
-
-* ``torchelastic.recovery.duration`` by ``torchelastic.recovery.cause`` and
-  ``torchelastic.recovery.until``: ``workers_started`` (the agent's ``agent.recovery`` span) or
-  ``first_step`` (from the training script's :func:`elastic_otel.mark_first_step`);
-* ``torchelastic.recovery.phase.duration`` by ``torchelastic.recovery.phase`` and cause: the
-  recovery's child spans (``stop_workers``, ``rendezvous``, ``assign_worker_ranks``,
-  ``start_workers``) and ``first_step`` (worker start to first training step).
-
-The histograms are in seconds. Each point is recorded in the context of its span, so the
-SDK's default exemplar filter (``trace_based``) attaches the round's trace id and the span id
-as an exemplar: a slow recovery on a dashboard opens as its trace. Recorded from ended spans on
-the bridge's event thread, never on torch's.
+``torchelastic.worker.failures`` counts root-cause worker failures only, so one rank's crash
+counts once however many ranks the job has; ``torchelastic.recovery.duration`` and
+``torchelastic.recovery.phase.duration`` measure recoveries from their spans, in the span's
+context, so that an exemplar opens the recovery's trace. Recorded on the bridge's event thread,
+never on torch's. Design: ``docs/trace-model.md`` (Root cause or victim;
+Recoveries and the training code).
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """torch's elastic agent, instrumented: what it learns about its workers, when it learns it.
 
 torch records worker outcomes only in its final events, after the exit barrier, and nothing for
-a worker that fails before a restart. So, as OpenTelemetry's instrumentation packages do for
-libraries, :class:`AgentInstrumentation` wraps the methods of torch's agent classes listed in
-:data:`WRAPPED` (each entry says why) and puts them back when asked. Every wrapper calls torch's
-method first and reports after, inside ``try``: a failure here is one debug line, never the
-agent's. Where torch's internals differ from what the wrappers expect, nothing is wrapped, with
-one debug line, and the bridge falls back to torch's own events. Only an agent whose own events
-go to the bridge (``--event-log-handler otel``) is reported on.
-
-What the wrappers do with what they see, and what they know of each agent between calls:
-:mod:`elastic_otel.integration.agent_observer`; the decisions:
-:mod:`elastic_otel.model.worker_outcomes`; the records:
-:mod:`elastic_otel.integration.agent_events`. Design: docs/trace-model.md ("Worker outcomes
-when the agent sees them", "Root cause or victim"); torch releases: docs/torch-versions.md.
+a worker that fails before a restart. :class:`AgentInstrumentation` wraps the methods of torch's
+agent classes in :data:`WRAPPED` (each entry says why), calling torch first and reporting after;
+where torch is shaped otherwise nothing is wrapped. Design: ``docs/trace-model.md`` (Worker
+outcomes when the agent sees them); torch releases: ``docs/torch-versions.md``.
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 """Every worker's stdout and stderr as log records on its ``worker`` span, with nothing changed
-for the job or its console (docs/worker-output.md says why it is built this way).
+for the job or its console.
 
-torch decides where a worker's streams go in ``LogsSpecs.reify`` (the console, a file under
-``--redirects`` / ``--tee`` / ``--log-dir``, ``/dev/null`` for a rank ``--local-ranks-filter``
-leaves out), for its own ``DefaultLogsSpecs`` and for a user's ``--logs-specs`` alike. The
-instrumented agent wraps the agent's ``LogsSpecs`` (:func:`capture_logs_specs`) and, after
-the real ``reify``:
-
-* a captured stream torch sends to a file is read from that file, which torch writes and, for
-  ``--tee``, echoes as it always does;
-* a captured stream torch sends to the console goes to the file ``--redirects`` would have
-  used (``<rank dir>/stdout.log``, ``stderr.log``), and the agent writes each byte it reads
-  from it, unchanged and unprefixed, to its own stdout or stderr: the console shows what the
-  worker wrote, as without the bridge;
-* a captured stream torch sends to ``/dev/null`` (a rank left out by ``--local-ranks-filter``)
-  goes to that file too, and is not echoed, as it was not shown.
-
-The worker writes to a regular file, never to a pipe: nothing the agent does (or fails to do)
-can block it, and the file keeps the output when the agent dies. One daemon thread
-(:class:`WorkerOutput`) reads every file every 0.1 s, as torch's own ``TailLog`` does, at most
-:data:`READ_PER_POLL` bytes per file and poll, in chunks of :data:`CHUNK` bytes: an unread
-backlog waits on disk, not in memory. The lines become records
-(:mod:`elastic_otel.parsing.worker_output`) emitted in the worker span's context
-(:mod:`elastic_otel.emit.worker_output`). When torch closes the worker group (``PContext.
-close``), the agent reads the group's files to their end before it goes on (at most
-:data:`DRAIN_TIMEOUT_S`), so the console has all of a worker's output before the agent's own
-report of its end, and the root cause's record has its last words.
+The instrumented agent wraps the agent's ``LogsSpecs`` (:func:`capture_logs_specs`): a captured
+stream torch would send to the console or to ``/dev/null`` goes to the file ``--redirects``
+would have used, and the agent echoes to its console exactly what torch would have shown. One
+daemon thread (:class:`WorkerOutput`) reads every file; a worker never writes to a pipe the agent
+could block. Design: ``docs/worker-output.md`` (How it works, and why this way).
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Root cause or victim: how a worker that did not succeed ended, decided from facts.
 
-In a distributed job every rank spends most of its time in a collective, so one rank's death
-makes its peers fail within seconds with a collective error of their own, and the agent then
-stops the rest of its group (SIGTERM, SIGKILL after a grace period). Exit codes alone cannot
-tell the culprit from its victims: a rank killed by the kernel's OOM killer (SIGKILL) looks
-like a rank its agent killed, and a peer's "Connection closed by peer" exits 1 like any
-exception. So each worker end is classified from what its agent knows:
-
-* ``stopped``: the agent had begun to stop the group when the worker's end was seen
-  (torch's ``PContext.close``, observed by the agent instrumentation), whatever its code;
-* ``peer_failure``: it raised an exception whose text is one of the collective errors that
-  mean "a peer died" (:data:`PEER_FAILURE_PATTERNS`: gloo's and NCCL's, and c10d's store
-  connection errors);
-* ``root_cause``: anything else: an exception that is not a peer's death, a signal its agent
-  did not send (SIGKILL, SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL, a SIGTERM from outside), or
-  a non-zero exit with nothing said. When nothing is known of an exit 1 (no error file, no
-  worker start-up) it stays a suspect: ``root_cause``, never a guess that it was a victim.
-
-Only a root cause is an error (``error.type``, ERROR status); the earliest one is the node's
-root cause, which the others link to. Pure: no torch, no OpenTelemetry.
+One rank's death makes its peers fail in their collectives within seconds and its agent stop
+the rest, and exit codes alone cannot tell the culprit from its victims. So each worker end is
+classified from what its agent knows: ``stopped`` (its agent had begun to stop the group),
+``peer_failure`` (a collective error that means a peer died: :data:`PEER_FAILURE_PATTERNS`) or
+``root_cause`` (anything else, an exit nobody explained included). Pure: no torch, no
+OpenTelemetry. Design: ``docs/trace-model.md`` (Root cause or victim).
 """
 
 from __future__ import annotations

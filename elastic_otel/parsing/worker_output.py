@@ -1,23 +1,10 @@
 """A worker's stdout or stderr bytes → log records: lines, levels, tracebacks, last words.
 
-The agent reads what its workers wrote (:mod:`elastic_otel.integration.worker_output`) in
-chunks of bytes and hands each chunk to one :class:`OutputReader` per stream. The reader cuts
-lines, keeps a traceback (``Traceback (most recent call last):``, its indented frames, chained
-exceptions, the exception line) or a ``faulthandler`` dump (``Fatal Python error: ...`` to the
-end of the output) as one record, and gives each record a severity: the level the line carries
-in Python logging's default format (``WARNING:name:msg``) or glog's (torch's C++ and Python
-logs: ``[W1126 12:00:00.000 ...]``, ``E1126 12:00:00.000 ...``, with or without a
-``[rank0]:`` prefix) wins; else a traceback is ERROR, a fatal error FATAL, another stderr line
-WARN and a stdout line INFO.
-
-What a worker prints is untrusted and unbounded: a line is kept up to ``line_max`` bytes (the
-rest is counted, the record flagged truncated, and a 10 MB line without a newline costs no more
-memory than the cap), invalid UTF-8 becomes U+FFFD (flagged), a record grows to at most
-:data:`RECORD_MAX_BYTES`, and lines past a per-worker rate are counted, not parsed
-(:class:`RateLimit`). Every byte still reaches :meth:`OutputReader.feed`, so the last words of
-stderr (:meth:`OutputReader.last_words`: the last lines within a byte bound) and a fatal
-error's dump (:meth:`OutputReader.fault_stack`) are kept whatever the rate limit dropped.
-Pure standard library: no torch, no OpenTelemetry.
+One :class:`OutputReader` per stream cuts the bytes the agent reads into lines, keeps a
+traceback or a ``faulthandler`` dump as one record, and gives each record a severity. What a
+worker prints is untrusted and unbounded: every line and record is bounded, lines past the rate
+are counted, not parsed, and the last words of stderr and a fatal error's dump are kept whatever
+the rate dropped. Pure standard library. Design: ``docs/worker-output.md``.
 """
 
 from __future__ import annotations

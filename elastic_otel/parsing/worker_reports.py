@@ -1,23 +1,11 @@
 """Read what a dead worker left beside its error file, and cut its stacks to what matters.
 
-A worker torch starts can die in ways its agent only sees as an exit code: a fatal signal
-(a segfault in a CUDA kernel launch, an ``abort()`` from C++) or an uncaught exception in a
-script without torch's ``@record``. The worker start-up (:mod:`elastic_otel.worker.startup`)
-leaves two files in the worker's private error-file directory (names in
-:mod:`elastic_otel.names.environment_variables`): ``faulthandler``'s text for a fatal signal
-(``WORKER_FAULT_FILE``) and a JSON record of an uncaught exception (``WORKER_ERROR_FILE``).
-The agent, which outlives the worker, reads them here; torch's own error file is the fallback
-for the exception (a script with ``@record`` but without the start-up).
-
-What a dying process wrote is untrusted input: every read is bounded, and a missing, partial
-or garbled file only leaves its fields ``None``; nothing here raises for it.
-
-Backends cap attribute values (Tempo at 2,048 bytes), and a cap that keeps a text's beginning
-keeps a traceback's outermost frames and loses the exception. :func:`innermost_frames` keeps
-what an operator needs instead: the exception or fatal-error line and the innermost frames.
-``faulthandler`` names each frame's file and line but not its source: :func:`with_source_lines`
-adds the line under each frame, as a traceback shows it, where the agent can read the file.
-Pure standard library: no torch, no OpenTelemetry.
+A worker's fatal signal or uncaught exception reaches its agent as an exit code only; the
+worker start-up leaves ``faulthandler``'s text and a JSON record of the exception, read here
+(torch's own error file is the fallback). Backends cap attribute values, so
+:func:`innermost_frames` keeps the exception and the innermost frames, and
+:func:`with_source_lines` adds each frame's source line. Untrusted input: bounded reads, never
+raises. Design: ``docs/trace-model.md`` (Root cause or victim).
 """
 
 from __future__ import annotations

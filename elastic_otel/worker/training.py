@@ -1,33 +1,11 @@
 """The training script's side: its own spans in its rank's ``worker`` span, and its first step.
 
-The instrumented agent (:mod:`elastic_otel.integration.agent_instrumentation`) starts every
-worker with ``TRACEPARENT`` naming the worker's own ``worker`` span in its round's trace:
-OpenTelemetry's convention for carrying a trace context in environment variables. In the
-training script::
-
-    import elastic_otel
-    from opentelemetry import trace
-
-    telemetry = elastic_otel.start_worker_telemetry()  # OTLP from the same OTEL_* variables
-    tracer = trace.get_tracer("train")
-    with tracer.start_as_current_span("load_checkpoint", context=elastic_otel.worker_context()):
-        ...
-    for step, batch in enumerate(loader):
-        ...
-        if step == 0:
-            elastic_otel.mark_first_step()  # training resumed: the recovery ends here
-    telemetry.shutdown()  # or at exit
-
-:func:`start_worker_telemetry` also makes the worker context current on the calling thread,
-so spans started without ``context=`` land under the ``worker`` span too. A script that sets
-up the SDK itself (or runs under ``opentelemetry-instrument``) needs only
-:func:`worker_context` and :func:`mark_first_step`.
-
-:func:`mark_first_step` ends a ``worker.first_step`` span from the worker's start (when the
-agent started it) to now; after a recovery, local rank 0 also records how long the recovery
-took up to this step, ``torchelastic.recovery.duration`` with ``torchelastic.recovery.until``
-= ``first_step`` (:mod:`elastic_otel.emit.recovery_metrics`): the time a failure really cost,
-including import, process-group set-up and checkpoint loading, which the agent cannot see.
+The instrumented agent starts each worker with ``TRACEPARENT`` naming its ``worker`` span;
+:func:`start_worker_telemetry` exports the script's spans and metrics with the agents' ``OTEL_*``
+settings, :func:`worker_context` parents them under that span, and :func:`mark_first_step`
+marks where training resumed, which only the script can see (imports, process-group set-up,
+checkpoint loading). Design, with an example: ``docs/trace-model.md`` (Recoveries and the
+training code).
 """
 
 from __future__ import annotations
