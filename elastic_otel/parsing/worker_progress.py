@@ -1,74 +1,10 @@
 """Read where a live worker is: its progress record and the Python stacks it dumps on request.
 
-A hung job looks the same from every agent: workers alive, no exit code. The worker start-up
-(:mod:`elastic_otel.worker.startup`) leaves two files in the worker's private error-file
-directory (names in :mod:`elastic_otel.names.environment_variables`) that tell more while the
-worker still runs:
-
-* ``WORKER_PROGRESS_FILE``: a fixed-size binary record the worker's training thread updates in
-  memory (an ``mmap``, :mod:`elastic_otel.worker.progress`) around every ``torch.distributed``
-  collective it calls and at every ``elastic_otel.mark_step``: which collective it waits in and
-  since when, how many it entered and completed, its last step. Ranks of one job that differ
-  here point at the rank that is late.
-* ``WORKER_STACKS_FILE``: ``faulthandler``'s dumps of every thread's Python stack, appended each
-  time the worker gets the signal the record names (no ptrace, no debugger).
-
-The record, little-endian, :data:`RECORD_SIZE` (80) bytes:
-
-====== ====== ================ ===========================================================
-offset format field            meaning
-====== ====== ================ ===========================================================
-0      4s     magic            :data:`MAGIC`
-4      I      version          :data:`VERSION`
-8      I      pid              the worker that wrote it
-12     i      stack_signal     the signal that appends stacks to the stacks file; 0: none
-16     q      entered          outermost collectives entered
-24     q      completed        outermost collectives returned (or raised)
-32     q      collective       the last entered: index into :data:`COLLECTIVES`; 0: none yet
-40     q      since_ns         when it entered that collective (in it while entered > completed)
-48     q      progress_ns      the last progress of any kind: a collective done, a step marked
-56     q      step             the last marked step; -1: none
-64     q      step_ns          when it was marked; 0: none
-72     q      seq              seqlock counter (below)
-====== ====== ================ ===========================================================
-
-**Goodput extension** (:data:`EXTENSION_SIZE`, 64 bytes right after the record; a file of
-exactly :data:`RECORD_SIZE` bytes, from a worker without it, still reads, with these fields
-unset). What :func:`elastic_otel.mark_step` and :func:`elastic_otel.mark_checkpoint` leave for
-the goodput accounting (:mod:`elastic_otel.model.goodput`), with a seqlock of its own:
-
-====== ====== ================ ===========================================================
-offset format field            meaning
-====== ====== ================ ===========================================================
-80     4s     ext_magic        :data:`EXTENSION_MAGIC`
-84     I      ext_version      :data:`EXTENSION_VERSION`
-88     q      first_step       the first step this process marked; -1: none
-96     q      first_step_ns    when it was marked; 0: none
-104    q      checkpoint_step  the step the last checkpoint marked covers; -1: none
-112    q      checkpoint_ns    when that checkpoint was marked (its save ended); 0: none
-120    q      save_ns          blocking time of the saves measured (after the first step)
-128    q      saves            how many saves were measured
-136    q      ext_seq          the extension's seqlock counter
-====== ====== ================ ===========================================================
-
-Times are ns since the epoch (``time.time_ns()``); every field from offset 16 on is an aligned
-8-byte word. The first 16 bytes never change once written, and the worker never shrinks the
-file (a new record is renamed over an old one), so the reader maps it too. ``seq`` is even
-when the record is whole: the writer makes it odd, stores the fields it changes, and makes it
-even again; a reader reads ``seq``, the fields, ``seq`` again, and retries when the two differ
-or are odd. Between its first and last store the writer calls nothing, so neither another
-thread nor a signal handler runs there (CPython runs those only at calls and loops): a record
-that stays odd belongs to a process stopped or killed in that instant, and reads as ``None``.
-Leaving a collective, the hottest path, skips the seqlock: it stores ``progress_ns``, then
-``completed``. A reader copies the record in address order (``completed`` first), so it can
-only see the new ``progress_ns`` with the old ``completed``: the collective still under way but
-progress just made, never a stall that is not there.
-Stores and loads stay in program order on x86; elsewhere (ARM) Python has no memory barrier to
-offer, and a torn reading, unlikely, is possible.
-
-The worker's own file is untrusted input: every read is bounded, files that are not regular are
-not opened (a FIFO must not hang the agent), a bad magic, version or size reads as ``None``;
-nothing here raises for it. Pure standard library: no torch, no OpenTelemetry.
+A hung job looks the same from every agent: workers alive, no exit code. What each worker's
+training thread leaves in its progress record (the collective it waits in and since when, its
+last step, the goodput extension) points at the late rank, and its stacks show where it is.
+A worker's files are untrusted input: every read is bounded and nothing here raises. Pure
+standard library. Design, the layout and its seqlock: ``docs/hangs.md`` (The progress record).
 """
 
 from __future__ import annotations
