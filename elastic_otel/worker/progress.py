@@ -253,10 +253,10 @@ def saving_checkpoint(step: int) -> _Saving | _NotSaving:
 
 
 # The wrapper of one collective, with its parameters. Entering, between the odd and the even
-# store of seq it calls nothing: no other thread and no signal handler can run there (see the
-# layout's docstring). Leaving stores two words, progress then completed, outside the seqlock:
-# a reader between them sees the collective under way with fresh progress, never a stall (the
-# reader's docstring). The stores are guarded so that a collective's failure cannot leave them
+# store of seq it calls nothing: no other thread and no signal handler can run there
+# (docs/hangs.md, the progress record). Leaving stores two words, progress then completed,
+# outside the seqlock: a reader between them sees the collective under way with fresh
+# progress, never a stall. The stores are guarded so that a collective's failure cannot leave them
 # unpaired, and nothing of ours raises.
 _WRAPPER_SOURCE = """
 def _make(_eo_function, _eo_index{defaults}):
