@@ -1,6 +1,6 @@
 """One event's way through the bridge: parse → trace model → OpenTelemetry emission.
 
-:class:`Conversion` is the :class:`~elastic_otel.bridge.event_thread.Sink` of the bridge's worker
+:class:`Conversion` is the :class:`~elastic_otel.bridge.event_thread.Sink` of the bridge's event
 thread, the only thread that calls it, so the trace model it owns needs no lock. It is also
 what ``elastic-otel replay`` (:mod:`elastic_otel.cli.replay`) feeds the events it finds in log
 files, one conversion per file: :meth:`Conversion.convert` is the one place where a parsed

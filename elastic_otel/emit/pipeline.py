@@ -288,7 +288,7 @@ def _owned(
 
         return run
 
-    # The bridge's worker fills the SDK's queues much faster than torch records events; the
+    # The bridge's event thread fills the SDK's queues much faster than torch records events; the
     # SDK default (2048) would drop bursts the bridge's own queue accepted. Unless the user
     # set them, size the SDK queues like the bridge's.
     queue = settings.queue_size

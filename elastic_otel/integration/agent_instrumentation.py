@@ -355,7 +355,7 @@ def add_worker_startup(envs: dict[int, dict[str, str]]) -> None:
 def add_trace_context(agent: Any, envs: dict[int, dict[str, str]], handler: OtelHandler) -> None:
     """Give each worker its ``TRACEPARENT`` (its own ``worker`` span, reserved in the trace
     model) and the start times :mod:`elastic_otel.worker.training` reads. The reservation waits
-    for the bridge's worker thread, at most 0.5 s; without an answer the workers start without
+    for the bridge's event thread, at most 0.5 s; without an answer the workers start without
     them."""
     run_id = agent._worker_group.spec.rdzv_handler.get_run_id()
     launch = handler.worker_launch(run_id, sorted(envs))

@@ -35,7 +35,7 @@ ELASTIC_OTEL_EXIT_TIMEOUT = "ELASTIC_OTEL_EXIT_TIMEOUT"
 DEFAULT_EXIT_TIMEOUT_S = 2.0
 
 ELASTIC_OTEL_QUEUE_SIZE = "ELASTIC_OTEL_QUEUE_SIZE"
-"""Events buffered between torch's thread and the bridge's worker (default ``65536``); also
+"""Events buffered between torch's thread and the bridge's event thread (default ``65536``); also
 the default size of the SDK's batch queues unless ``OTEL_BSP/BLRP_MAX_QUEUE_SIZE`` is set."""
 DEFAULT_QUEUE_SIZE = 65536
 

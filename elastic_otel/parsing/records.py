@@ -28,6 +28,8 @@ EXCEPTION_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Timeout", "Fai
 
 @dataclass(slots=True)
 class ErrorInfo:
+    """What went wrong, as the ``exception.*`` attributes say it (empty parts left out)."""
+
     type: str
     message: str
     stacktrace: str = ""
