@@ -94,7 +94,7 @@ def training_script() -> str:
 
 
 @dataclass
-class Agent:
+class DemoAgent:
     index: int
     proc: subprocess.Popen[bytes]
     log_path: Path
@@ -153,7 +153,7 @@ def agent_environment(cfg: DemoConfig, run_id: str, workdir: Path) -> dict[str, 
     return environ
 
 
-def start_agents(cfg: DemoConfig, workdir: Path, run_id: str, port: int) -> list[Agent]:
+def start_agents(cfg: DemoConfig, workdir: Path, run_id: str, port: int) -> list[DemoAgent]:
     command = agent_command(cfg, port, run_id)
     environ = agent_environment(cfg, run_id, workdir)
     logs_dir = cfg.logs_dir or workdir
@@ -170,7 +170,7 @@ def start_agents(cfg: DemoConfig, workdir: Path, run_id: str, port: int) -> list
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # its own process group, away from our Ctrl-C
                 )
-            agents.append(Agent(index, proc, log_path))
+            agents.append(DemoAgent(index, proc, log_path))
     except BaseException:
         stop_processes(agents, ProcessTracker())
         raise
@@ -224,7 +224,7 @@ def _process_table() -> dict[int, tuple[int, str]]:
     return table
 
 
-def stop_processes(agents: list[Agent], tracker: ProcessTracker) -> None:
+def stop_processes(agents: list[DemoAgent], tracker: ProcessTracker) -> None:
     """Stop the agents (SIGTERM, then SIGKILL) and then any descendant still alive."""
     tracker.scan([a.pid for a in agents])
     running = [a for a in agents if a.proc.poll() is None]
@@ -463,7 +463,7 @@ def _run_job(
     cfg: DemoConfig, workdir: Path, run_id: str, port: int, status: StatusLine, stream: IO[str]
 ) -> int:
     tracker = ProcessTracker()
-    agents: list[Agent] = []
+    agents: list[DemoAgent] = []
     follower = ProgressFollower(cfg.out, {})
     timed_out = False
     try:
@@ -501,7 +501,7 @@ def _run_job(
     return 1 if failed else 0
 
 
-def _show_agent_logs(agents: list[Agent], stream: IO[str], kept: bool, lines: int = 15) -> None:
+def _show_agent_logs(agents: list[DemoAgent], stream: IO[str], kept: bool, lines: int = 15) -> None:
     for agent in agents:
         try:
             text = agent.log_path.read_text(errors="replace").splitlines()
@@ -512,7 +512,7 @@ def _show_agent_logs(agents: list[Agent], stream: IO[str], kept: bool, lines: in
         stream.write("\n".join(text[-lines:]) + "\n")
 
 
-def _report_export_problems(agents: list[Agent], status: StatusLine) -> None:
+def _report_export_problems(agents: list[DemoAgent], status: StatusLine) -> None:
     for agent in agents:
         try:
             text = agent.log_path.read_text(errors="replace")

@@ -33,7 +33,7 @@ CONSEQUENCE = "consequence"
 
 
 @dataclass
-class FailedWorker:
+class FailedAttemptWorker:
     """A worker of a failed attempt that did not succeed, read from its ``worker`` span: a root
     cause, or a consequence of one (``torchelastic.failure.kind``)."""
 
@@ -61,11 +61,13 @@ class Failure:
 
     trace_id: str
     round: int | None
-    roots: list[FailedWorker]  # failed on their own, earliest first: the first is the root cause
-    consequences: list[FailedWorker]  # died of it (peer failures, stopped), by end time
+    roots: list[
+        FailedAttemptWorker
+    ]  # failed on their own, earliest first: the first is the root cause
+    consequences: list[FailedAttemptWorker]  # died of it (peer failures, stopped), by end time
 
     @property
-    def root(self) -> FailedWorker | None:
+    def root(self) -> FailedAttemptWorker | None:
         return self.roots[0] if self.roots else None
 
     @property
@@ -74,10 +76,10 @@ class Failure:
         first = self.root or min(self.consequences, key=lambda w: w.end_ns)
         return first.end_ns
 
-    def delay_ns(self, worker: FailedWorker) -> int:
+    def delay_ns(self, worker: FailedAttemptWorker) -> int:
         return worker.end_ns - self.time_ns
 
-    def after_root(self) -> list[FailedWorker]:
+    def after_root(self) -> list[FailedAttemptWorker]:
         """Everything but the root cause, in order of end: the other roots, the consequences."""
         rest = self.roots[1:] + self.consequences
         return sorted(rest, key=lambda w: (w.end_ns, rank_key(w.global_rank)))
@@ -85,7 +87,7 @@ class Failure:
     def span_ids(self) -> set[str]:
         return {w.span_id for w in self.roots + self.consequences if w.span_id}
 
-    def roles(self) -> dict[str, tuple[str, FailedWorker]]:
+    def roles(self) -> dict[str, tuple[str, FailedAttemptWorker]]:
         """Worker span id → its role (:data:`ROOT`, :data:`INDEPENDENT`: another that failed
         on its own, :data:`CONSEQUENCE`) and the worker."""
         roles = {}
@@ -106,7 +108,7 @@ def failures(
     ``labels`` names the node of a process (``service.instance.id``), ``rounds`` the round of
     a trace."""
     labels = labels or {}
-    by_trace: dict[str, list[FailedWorker]] = {}
+    by_trace: dict[str, list[FailedAttemptWorker]] = {}
     nodes_on: dict[str, set[str]] = {}  # host → the nodes (agent processes) seen on it
     for span in workers:
         end = failed_worker(span, labels)
@@ -131,7 +133,7 @@ def failures(
     return found
 
 
-def failed_worker(span: Item, labels: dict[str, str]) -> FailedWorker | None:
+def failed_worker(span: Item, labels: dict[str, str]) -> FailedAttemptWorker | None:
     """``span`` (a ``worker`` span) as a failure or a consequence of one; ``None`` when it is
     neither (it succeeded, still runs, or was restarted for a membership change)."""
     attrs = span["attributes"]
@@ -154,7 +156,7 @@ def failed_worker(span: Item, labels: dict[str, str]) -> FailedWorker | None:
         message = ""
     exit_code = attrs.get(A.PROCESS_EXIT_CODE, attrs.get(A.EXIT_CODE))
     node = labels.get(instance_id(span), "")
-    return FailedWorker(
+    return FailedAttemptWorker(
         global_rank=as_int(attrs.get(A.GLOBAL_RANK)),
         host=host_of(span) or node or "?",
         state=state or "?",

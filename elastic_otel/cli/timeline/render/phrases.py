@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from elastic_otel.cli.timeline.analysis.failures import FailedWorker, Failure
+from elastic_otel.cli.timeline.analysis.failures import FailedAttemptWorker, Failure
 from elastic_otel.cli.timeline.analysis.runs import NodeRecovery, Restart, RunSummary
 from elastic_otel.cli.timeline.analysis.timeline import (
     AFTER_FAILURE,
@@ -29,13 +29,13 @@ def delay(ns: int) -> str:
     return f"{'-' if ns < 0 else '+'}{abs(ns) / 1e9:.3f}s"
 
 
-def cause_text(worker: FailedWorker) -> str:
+def cause_text(worker: FailedAttemptWorker) -> str:
     """``global rank 1 SIGKILL on node-a``."""
     what = f" {worker.error_type}" if worker.error_type else ""
     return f"global rank {worker.rank}{what} on {worker.host}"
 
 
-def cause_facts(worker: FailedWorker) -> list[str]:
+def cause_facts(worker: FailedAttemptWorker) -> list[str]:
     """What else is known of a root cause: ``exit code -9``, the OOM killer."""
     facts = [] if worker.exit_code is None else [f"exit code {worker.exit_code}"]
     if worker.oom and "oom" not in worker.message.lower():  # the bridge's message may say so
@@ -43,14 +43,14 @@ def cause_facts(worker: FailedWorker) -> list[str]:
     return facts
 
 
-def root_cause_line(worker: FailedWorker) -> str:
+def root_cause_line(worker: FailedAttemptWorker) -> str:
     """``global rank 1 SIGKILL on node-a (exit code -9): killed by SIGKILL``."""
     facts = cause_facts(worker)
     text = cause_text(worker) + (f" ({', '.join(facts)})" if facts else "")
     return f"{text}: {worker.message}" if worker.message else text
 
 
-def consequence_text(failure: Failure, worker: FailedWorker) -> str:
+def consequence_text(failure: Failure, worker: FailedAttemptWorker) -> str:
     """``+0.800s rank 2 on node-b PEER_FAILED: Connection closed by peer``; another root cause
     (an independent failure) says so."""
     when = delay(failure.delay_ns(worker)) if failure.root is not None else ""
