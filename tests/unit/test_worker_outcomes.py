@@ -10,7 +10,7 @@ import sys
 from elastic_otel.model.failures import WorkerEnd
 from elastic_otel.model.worker_outcomes import (
     Closing,
-    FailedAttemptWorker,
+    FailedWorker,
     dated_by_victims,
     failure_time_ns,
     fatal_error,
@@ -35,10 +35,8 @@ FAULT = (
 )
 
 
-def _failed(rank: int, exit_code: int, report: WorkerReport | None = None) -> FailedAttemptWorker:
-    return FailedAttemptWorker(
-        global_rank=rank, local_rank=rank, exit_code=exit_code, report=report
-    )
+def _failed(rank: int, exit_code: int, report: WorkerReport | None = None) -> FailedWorker:
+    return FailedWorker(global_rank=rank, local_rank=rank, exit_code=exit_code, report=report)
 
 
 def test_the_module_imports_without_torch() -> None:
