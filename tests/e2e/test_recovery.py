@@ -1,11 +1,11 @@
 """Recoveries: what a restart of the worker group cost, phase by phase, and the training code in
-the round's trace (agent.recovery spans, worker TRACEPARENT, recovery metrics)."""
+the round's trace (agent.recovery spans, worker TRACEPARENT, recovery metrics). The same on a
+real restarted job: tests/e2e/test_agent_outcomes.py, whose job it shares."""
 
 from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 
 import pytest
 from torch.distributed.elastic.events import Event, EventSource
@@ -18,8 +18,6 @@ from elastic_otel.names import environment_variables as env
 from elastic_otel.parsing.torch_events import parse_event
 from elastic_otel.worker import training
 from tests.support.helpers import RUN, Node, by_name
-from tests.support.jobs import job_env, run_job, span_attr
-from tests.support.otlp_receiver import OtlpReceiver
 
 PHASES = {
     A.SPAN_AGENT_STOP_WORKERS,
@@ -261,109 +259,3 @@ def test_first_step_without_a_recovery_is_only_a_span(
     [span] = spans.get_finished_spans()
     assert span.parent is None and A.RECOVERY_CAUSE not in (span.attributes or {})
     assert not points(reader)
-
-
-# --- a real job -----------------------------------------------------------------------------
-
-
-def duration(span: dict) -> float:
-    return (span["end_ns"] - span["start_ns"]) / 1e9
-
-
-def latest(points: list[dict]) -> list[dict]:
-    """The last export of each cumulative series (per process, name and attributes)."""
-    last: dict[tuple, dict] = {}
-    for p in points:
-        key = (p["resource"].get("process.pid"), p["name"], tuple(sorted(p["attributes"].items())))
-        if key not in last or p["time_ns"] >= last[key]["time_ns"]:
-            last[key] = p
-    return list(last.values())
-
-
-@pytest.mark.e2e
-def test_restart_recovery_and_training_spans_over_otlp(
-    grpc_receiver: OtlpReceiver, tmp_path: Path
-) -> None:
-    env_ = job_env(grpc_receiver, tmp_path, TRAIN_FAIL_RANK="1", TRAIN_FAIL_BEFORE_INIT="1")
-    results = run_job(env_, extra_args=("--max-restarts=1",))
-    assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:]
-    grpc_receiver.wait_for_spans(2, timeout=20, where=lambda s: s["name"] == A.SPAN_AGENT_RECOVERY)
-    grpc_receiver.wait_for_spans(2, timeout=20, where=lambda s: s["name"] == "worker.first_step")
-    spans = grpc_receiver.spans()
-    by_id = {s["span_id"]: s for s in spans}
-    recoveries = [s for s in spans if s["name"] == A.SPAN_AGENT_RECOVERY]
-    assert len(recoveries) == 2, [(s["name"], s["attributes"]) for s in recoveries]
-    causes = {span_attr(r, A.RECOVERY_CAUSE) for r in recoveries}
-    assert A.CAUSE_WORKER_FAILURE in causes  # the other node restarts for the re-join
-    assert causes <= {A.CAUSE_WORKER_FAILURE, A.CAUSE_MEMBERSHIP_CHANGE}
-
-    workers = [s for s in spans if s["name"] == A.SPAN_WORKER]
-    for recovery in recoveries:
-        phases = [s for s in spans if s["parent_span_id"] == recovery["span_id"]]
-        assert sorted(p["name"] for p in phases) == sorted(PHASES)
-        assert {p["trace_id"] for p in phases} == {recovery["trace_id"]}
-        total, parts = duration(recovery), sum(duration(p) for p in phases)
-        # the phases add up to the recovery, but for the agent's own bookkeeping between them
-        assert total - max(0.1, 0.05 * total) <= parts <= total + 0.005, (total, parts)
-        # it is in the trace of the round its workers run in
-        restarted = [w for w in workers if span_attr(w, A.AGENT_RESTARTS) == 1]
-        host_pid = recovery["resource"].get("process.pid")
-        mine = [w for w in restarted if w["resource"].get("process.pid") == host_pid]
-        assert mine and {w["trace_id"] for w in mine} == {recovery["trace_id"]}
-        if span_attr(recovery, A.RECOVERY_CAUSE) == A.CAUSE_WORKER_FAILURE:
-            failed = next(
-                w
-                for w in workers
-                if span_attr(w, A.STATE) == "FAILED" and span_attr(w, A.GLOBAL_RANK) == 1
-            )
-            linked = {(link["trace_id"], link["span_id"]) for link in recovery["links"]}
-            assert (failed["trace_id"], failed["span_id"]) in linked
-
-    # the training script's spans are children of its own rank's worker span
-    own = [s for s in spans if s["name"] in ("init_process_group", A.SPAN_WORKER_FIRST_STEP)]
-    assert {s["name"] for s in own} == {"init_process_group", A.SPAN_WORKER_FIRST_STEP}
-    for span in own:
-        parent = by_id[span["parent_span_id"]]
-        assert parent["name"] == A.SPAN_WORKER and parent["trace_id"] == span["trace_id"]
-        assert span_attr(parent, A.GLOBAL_RANK) == span["resource"][A.GLOBAL_RANK]
-    first_steps = [s for s in own if s["name"] == A.SPAN_WORKER_FIRST_STEP]
-    assert sorted(by_id[s["parent_span_id"]]["attributes"][A.GLOBAL_RANK] for s in first_steps) == [
-        0,
-        1,
-    ]
-
-    # the metrics, with exemplars pointing at the recoveries' traces
-    def recovery_points() -> list[dict] | None:
-        got = [m for m in grpc_receiver.metrics() if m["name"].startswith("torchelastic.recovery")]
-        untils = {m["attributes"].get(A.RECOVERY_UNTIL) for m in got}
-        return got if {A.UNTIL_WORKERS_STARTED, A.UNTIL_FIRST_STEP} <= untils else None
-
-    exported = grpc_receiver.wait_until(recovery_points, timeout=20)
-    got = latest(exported)
-    totals = [m for m in got if m["name"] == A.METRIC_RECOVERY_DURATION]
-    agent_side = [m for m in totals if m["attributes"][A.RECOVERY_UNTIL] == A.UNTIL_WORKERS_STARTED]
-    assert sum(m["count"] for m in agent_side) == 2
-    assert {m["attributes"][A.RECOVERY_CAUSE] for m in agent_side} == causes
-    assert sum(m["sum"] for m in agent_side) == pytest.approx(
-        sum(duration(r) for r in recoveries), rel=0.01
-    )
-    # (an exemplar is exported once, with the collection after its measurement)
-    exemplar_traces = {
-        e["trace_id"]
-        for m in exported
-        if m["attributes"].get(A.RECOVERY_UNTIL) == A.UNTIL_WORKERS_STARTED
-        for e in m["exemplars"]
-    }
-    assert exemplar_traces == {r["trace_id"] for r in recoveries}
-    phases = {
-        m["attributes"][A.RECOVERY_PHASE]
-        for m in got
-        if m["name"] == A.METRIC_RECOVERY_PHASE_DURATION
-    }
-    assert phases == {
-        "stop_workers",
-        "rendezvous",
-        "assign_worker_ranks",
-        "start_workers",
-        "first_step",
-    }
