@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from elastic_otel.names import attributes as A
-from tests.support.jobs import ROOT, TORCHRUN, TRAIN, job_env
+from tests.support.jobs import LIGHT, ROOT, TORCHRUN, TRAIN, job_env
 from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 INSTRUMENT = shutil.which("opentelemetry-instrument", path=str(Path(sys.executable).parent))
@@ -35,7 +35,7 @@ def instrumented_env(receiver: OtlpReceiver, tmp_path: Path, **extra: str) -> di
     )
 
 
-def run_instrumented(env: dict[str, str], *torchrun_args: str) -> None:
+def run_instrumented(env: dict[str, str], *torchrun_args: str, script: Path = TRAIN) -> None:
     cmd = [
         str(INSTRUMENT),
         TORCHRUN,
@@ -46,7 +46,7 @@ def run_instrumented(env: dict[str, str], *torchrun_args: str) -> None:
         f"--rdzv-id=auto-{uuid.uuid4().hex[:6]}",
         "--monitor-interval=0.5",
         *torchrun_args,
-        str(TRAIN),
+        str(script),
     ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -110,7 +110,7 @@ def test_instrument_activates_without_event_log_handler(
     grpc_receiver: OtlpReceiver, tmp_path: Path
 ) -> None:
     """opentelemetry-instrument is the request: rendezvous spans and metrics, no agent events."""
-    run_instrumented(instrumented_env(grpc_receiver, tmp_path))
+    run_instrumented(instrumented_env(grpc_receiver, tmp_path), script=LIGHT)  # no training
     grpc_receiver.wait_for_spans(1, where=lambda s: s["name"] == A.SPAN_RDZV_MEMBER)
     grpc_receiver.wait_for_metrics(1, where=lambda p: p["name"] == "torchelastic.workers.run_total")
     assert not [s for s in grpc_receiver.spans() if s["name"] == A.SPAN_WORKER]

@@ -12,7 +12,7 @@ import pytest
 from elastic_otel.model.trace_ids import job_salt, trace_id_for
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
-from tests.support.jobs import job_env, span_attr, start_agent
+from tests.support.jobs import LIGHT, job_env, span_attr, start_agent
 from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 SCHEDULER_VARIABLES = (*env.SCHEDULER_JOB_ID_VARIABLES, *env.SCHEDULER_ATTEMPT_VARIABLES)
@@ -74,12 +74,12 @@ def test_a_requeued_job_gets_new_traces(grpc_receiver: OtlpReceiver, tmp_path: P
     run_id = f"attempts-{uuid.uuid4().hex[:6]}"
     round0: dict[str, set[str]] = {}
     for attempt in ("0", "1"):
-        environ = job_env(grpc_receiver, tmp_path, TRAIN_STEPS="2")
+        environ = job_env(grpc_receiver, tmp_path)
         for name in (env.ELASTIC_OTEL_JOB_ID, env.ELASTIC_OTEL_JOB_ATTEMPT, *SCHEDULER_VARIABLES):
             environ.pop(name, None)
         environ.update(SLURM_JOB_ID=job_id, SLURM_RESTART_COUNT=attempt)
         grpc_receiver.clear()
-        rc, out = start_agent(environ, free_port(), run_id, nnodes="1").wait(120)
+        rc, out = start_agent(environ, free_port(), run_id, nnodes="1", script=LIGHT).wait(120)
         assert rc == 0, out[-3000:]
         spans = grpc_receiver.wait_for_spans(
             3,

@@ -1,7 +1,8 @@
 """Traced rendezvous for every backend: ``torchrun --rdzv-backend otel-<backend>``.
 
 Real torchrun agents (c10d, static, etcd against a real etcd server) and real rendezvous
-handlers export to a real OTLP receiver; the assertions are on what arrives there.
+handlers export to a real OTLP receiver; the assertions are on what arrives there. The jobs'
+workers train nothing (tests/scripts/light_worker.py): the agents' rendezvous is what is tested.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 
 from elastic_otel.names import attributes as A
 from tests.support.helpers import attr
-from tests.support.jobs import job_env, run_job, run_script, start_agent
+from tests.support.jobs import LIGHT, job_env, run_job, run_script, start_agent
 from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 JOINED = "torchelastic.rendezvous.joined"
@@ -75,7 +76,8 @@ def check(results: list[tuple[int, str]]) -> None:
 def test_otel_c10d_two_agents_spans_once(grpc_receiver: OtlpReceiver, tmp_path: Path) -> None:
     """c10d records its own events: the wrapper adds metrics, never a second set of spans."""
     run_id = f"c10d-{uuid.uuid4().hex[:6]}"
-    check(run_job(job_env(grpc_receiver, tmp_path), backend="otel-c10d", run_id=run_id))
+    env = job_env(grpc_receiver, tmp_path)
+    check(run_job(env, backend="otel-c10d", run_id=run_id, script=LIGHT))
     assert_round(grpc_receiver, run_id, world=2, round_=0)
     names = {attr(r, A.EVENT_NAME) for r in grpc_receiver.logs()}
     assert not any(str(n).startswith("TracedRendezvousHandler") for n in names)
@@ -94,7 +96,7 @@ def test_otel_c10d_without_routing_uses_the_wrapper(
     """Rendezvous events not routed: the wrapper builds the spans, as the node torch knows."""
     run_id = f"c10d-{uuid.uuid4().hex[:6]}"
     env = job_env(grpc_receiver, tmp_path, ELASTIC_OTEL_RDZV_EVENTS="false")
-    check(run_job(env, agents=1, nnodes="1", backend="otel-c10d", run_id=run_id))
+    check(run_job(env, agents=1, nnodes="1", backend="otel-c10d", run_id=run_id, script=LIGHT))
     joins = assert_round(grpc_receiver, run_id, world=1, round_=0)
     assert_synthetic_logs(grpc_receiver, joins, "otel-c10d")
     (joined,) = [r for r in grpc_receiver.logs() if r["event_name"] == JOINED]
@@ -107,12 +109,17 @@ def test_otel_c10d_without_routing_uses_the_wrapper(
 def test_otel_static_two_agents(grpc_receiver: OtlpReceiver, tmp_path: Path) -> None:
     """Static records no events at all; torchrun's static arguments work unchanged."""
     run_id = f"static-{uuid.uuid4().hex[:6]}"
-    env = job_env(grpc_receiver, tmp_path)
+    env = job_env(grpc_receiver, tmp_path, TRAIN_IDLE_SECONDS="2")  # the monitor asks who waits
     port = free_port()
     static = ("--master-addr=127.0.0.1", f"--master-port={port}")
     agents = [
         start_agent(
-            env, port, run_id, backend="otel-static", rdzv_args=(f"--node-rank={rank}", *static)
+            env,
+            port,
+            run_id,
+            backend="otel-static",
+            rdzv_args=(f"--node-rank={rank}", *static),
+            script=LIGHT,
         )
         for rank in (0, 1)
     ]
@@ -142,7 +149,10 @@ def test_otel_etcd_two_agents(
     run_id = f"etcd-{uuid.uuid4().hex[:6]}"
     env = job_env(grpc_receiver, tmp_path)
     etcd = (f"--rdzv-endpoint={etcd_endpoint}", "--rdzv-conf=last_call_timeout=1")
-    agents = [start_agent(env, 0, run_id, backend="otel-etcd", rdzv_args=etcd) for _ in range(2)]
+    agents = [
+        start_agent(env, 0, run_id, backend="otel-etcd", rdzv_args=etcd, script=LIGHT)
+        for _ in range(2)
+    ]
     check([a.wait() for a in agents])
     joins = assert_round(grpc_receiver, run_id, world=2, round_=1)
     assert_synthetic_logs(grpc_receiver, joins, "otel-etcd")

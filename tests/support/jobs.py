@@ -21,6 +21,7 @@ from tests.support.otlp_receiver import OtlpReceiver, free_port
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "tests" / "scripts"  # the torchrun training scripts the jobs run
 TRAIN = ROOT / "examples" / "train.py"
+LIGHT = SCRIPTS / "light_worker.py"  # no training, no torch: for tests of what agents export
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
 FAST_EXPORT = {"OTEL_BLRP_SCHEDULE_DELAY": "50", "OTEL_BSP_SCHEDULE_DELAY": "50"}
