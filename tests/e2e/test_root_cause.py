@@ -4,7 +4,8 @@ rank waits for it in an ``all_reduce``, by SIGKILL, SIGSEGV, SIGABRT or an excep
 succeeds. In each failed attempt exactly that rank's span is ERROR, with the right
 ``error.type`` and exit code; every other worker of the attempt died of it (its collective lost
 the peer) or was stopped by its agent, and says so without ERROR. One job for the four cases:
-each attempt is a round of its own (its own trace), and one job costs less than four.
+each attempt is a round of its own (its own trace), and one job costs less than four. The
+restarts themselves are visible too: each round in its trace, the last one succeeding.
 The training script (tests/scripts/failing_train.py) is not changed for the bridge: no ``@record``.
 
 The job exports exceptions as the semantic conventions now record them
@@ -16,6 +17,7 @@ timeline reads them from there.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 
 import pytest
 
@@ -53,6 +55,31 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> ExportedJob:
         FAIL_HOW=",".join(CASES),
         OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN="logs",
     )
+
+
+def test_worker_failure_and_restart_are_visible(job: ExportedJob) -> None:
+    """Each failure restarts the job: every attempt is a round of its own, one trace each, with
+    its four workers; the last succeeds, its workers counting the restarts their agents made."""
+    joins = [s for s in job.spans if s["name"] == A.SPAN_RDZV_JOIN]
+    rounds: dict[int, set[str]] = defaultdict(set)
+    for s in joins:
+        rounds[span_attr(s, A.ROUND)].add(s["trace_id"])
+    assert sorted(rounds) == list(range(len(CASES) + 1))
+    assert all(len(v) == 1 for v in rounds.values()), rounds
+    workers = [s for s in job.spans if s["name"] == A.SPAN_WORKER]
+    attempts = [[w for w in workers if w["trace_id"] in rounds[r]] for r in sorted(rounds)]
+    assert [len(a) for a in attempts] == [4] * (len(CASES) + 1) and len(workers) == 4 * len(rounds)
+    last = attempts[-1]
+    assert sorted(span_attr(w, A.GLOBAL_RANK) for w in last) == [0, 1, 2, 3]
+    assert {span_attr(w, A.STATE) for w in last} == {"SUCCEEDED"}
+    assert {w["status_code"] for w in last} == {"OK"}
+    # rank 1's agent used every restart; the other one restarted as often (its workers died of
+    # the failure) or re-joined the new round without using one (its workers were stopped)
+    restarts = {span_attr(w, A.GLOBAL_RANK): span_attr(w, A.AGENT_RESTARTS) for w in last}
+    assert restarts[0] == restarts[1] == len(CASES), restarts
+    assert restarts[2] == restarts[3] and 0 <= restarts[2] <= len(CASES), restarts
+    agents = [s for s in job.spans if s["name"] == A.SPAN_AGENT_RUN]
+    assert len(agents) == 2 and {a["status_code"] for a in agents} == {"OK"}
 
 
 @pytest.mark.parametrize("how", list(CASES))
