@@ -86,15 +86,20 @@ def test_etcd_heterogeneous_agents_collecting_at_fork(etcd_endpoint: str) -> Non
     )
 
 
+@pytest.fixture(scope="module")
+def without_the_bridge() -> Rounds:
+    """The c10d reproduction without the bridge: one run for both cases below."""
+    return run_rounds("--rounds", "1", "--timeout", "60")
+
+
 @pytest.mark.parametrize("collector", ["unreachable", "up"])
-def test_forked_c10d_agents_never_crash_or_hang(collector: str) -> None:
+def test_forked_c10d_agents_never_crash_or_hang(collector: str, without_the_bridge: Rounds) -> None:
     """Two rounds in a row of c10d agents; the inherited garbage is collected on the main
     thread in one, wherever the next collection runs (often a bridge thread) in the other.
     Without the bridge these agents abort: torch's own rendezvous keep-alive thread takes a
     stack a dropped store's daemon left. With it, the guard holds those stacks before any
     thread starts, so no thread, torch's included, takes them: every agent exits 0."""
-    without = run_rounds("--rounds", "1", "--timeout", "60")
-    assert {outcome(code) for code in without.rounds[0]["exit_codes"]} == {"crash"}
+    assert {outcome(code) for code in without_the_bridge.rounds[0]["exit_codes"]} == {"crash"}
     receiver = OtlpReceiver("grpc").start() if collector == "up" else None
     try:
         endpoint = receiver.endpoint if receiver is not None else DEAD_COLLECTOR
