@@ -65,9 +65,12 @@ def _run_hung_job(receiver: OtlpReceiver, tmp_path: Path, **extra: str) -> list[
         assert "waiting for global rank 1 (in hang at hanging_train.py" in stall["body"]
         assert stall["severity_text"] == "WARN"
 
-        # rank 1's stack shows where it is stuck; a waiting rank's, the collective
-        receiver.wait_until(lambda: _stacks(receiver, 1, "training"), 20)
-        (sleeper,) = _stacks(receiver, 1, "training")[:1]
+        # rank 1's stack shows where it is stuck; a waiting rank's, the collective (on a loaded
+        # machine a slow start can be reported first, with rank 1 still in a collective)
+        hung = f'hanging_train.py", line {HANG_LINE} in hang\n'
+        (sleeper,) = receiver.wait_until(
+            lambda: [r for r in _stacks(receiver, 1, "training") if hung in r["body"]], 20
+        )[:1]
         # the frame, and under it its line of source, as a traceback shows it
         body = sleeper["body"]
         assert f'hanging_train.py", line {HANG_LINE} in hang\n    {HANG_SOURCE}\n' in body, body

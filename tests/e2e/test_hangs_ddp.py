@@ -108,8 +108,10 @@ def _hang(receiver: OtlpReceiver, tmp_path: Path, waits_in: str, **extra: str) -
         # A waiting rank's stack is in the collective; the late rank's shows where it is.
         waiter = receiver.wait_until(lambda: _stacks(receiver, 0, "training"), 20)[0]
         assert waits_in in waiter["body"], waiter["body"]
-        sleeper = receiver.wait_until(lambda: _stacks(receiver, 1, "training"), 20)[0]
-        assert f'ddp_train.py", line {HANG_LINE} in stuck_data_loader' in sleeper["body"]
+        hung = f'ddp_train.py", line {HANG_LINE} in stuck_data_loader'
+        receiver.wait_until(  # a slow start may be reported first, rank 1 then elsewhere
+            lambda: [r for r in _stacks(receiver, 1, "training") if hung in r["body"]], 20
+        )
 
         # The Flight Recorder dumps, one per rank of the node, as torchfrtrace reads them.
         dumps = Path(attrs[A.FLIGHT_RECORDER_DUMP])
