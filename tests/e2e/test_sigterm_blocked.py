@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -224,8 +225,9 @@ def test_sigterm_in_the_exit_barrier_keeps_torchruns_exit_code(
     script.parent.mkdir()
     script.write_text(SHORT_BARRIER_TORCHRUN)
     launcher = (sys.executable, str(script))
-    exit_codes = {}
-    for handler in ("null", "otel"):
+
+    def sigterm_in_the_barrier(handler: str) -> tuple[int, int, str]:
+        """The job with this event handler: A's exit code, pid and output."""
         run_dir = tmp_path / handler
         run_dir.mkdir()
         env = job_env(grpc_receiver, run_dir, LOGLEVEL="INFO", SIGTEST_EXIT_BARRIER_TIMEOUT="8")
@@ -233,12 +235,15 @@ def test_sigterm_in_the_exit_barrier_keeps_torchruns_exit_code(
             a = job.agents["a"]
             a.send_signal(signal.SIGTERM)
             try:
-                exit_codes[handler] = a.wait(60)
+                return a.wait(60), a.pid, job.output("a")
             except subprocess.TimeoutExpired:
                 raise AssertionError(job.output("a")[-3000:]) from None
-            if handler == "otel":
-                pid = a.pid
-                output = job.output("a")
+
+    handlers = ("null", "otel")  # two jobs of their own, side by side
+    with ThreadPoolExecutor(len(handlers)) as pool:
+        ends = dict(zip(handlers, pool.map(sigterm_in_the_barrier, handlers), strict=True))
+    exit_codes = {handler: code for handler, (code, _, _) in ends.items()}
+    _, pid, output = ends["otel"]
     # torch's own ends vary: 1 from its SignalException, or at times SIGABRT as the store it
     # hosts is torn down at exit (seen without the bridge, the "null" run). Either is torch's.
     torchs_own = {1, -signal.SIGABRT}
