@@ -2,20 +2,22 @@
 owner of everything registering changes.
 
 :class:`Registration` installs the ``otel`` destination (and ``dynamic_rendezvous``, without
-which torch builds no rendezvous event), torchelastic's metrics, the agent instrumentation and
-an exit step, keeping what it replaced on the instance; :meth:`Registration.uninstall` undoes
-exactly that, as OpenTelemetry's ``BaseInstrumentor`` does. The bridge handler itself outlives
-:func:`unregister`. Design: ``docs/architecture.md`` (Life cycle).
+which torch builds no rendezvous event, with a cheaper naming of those events), torchelastic's
+metrics, the agent instrumentation and an exit step, keeping what it replaced on the instance;
+:meth:`Registration.uninstall` undoes exactly that, as OpenTelemetry's ``BaseInstrumentor``
+does. The bridge handler itself outlives :func:`unregister`. Design: ``docs/architecture.md``
+(Life cycle).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from elastic_otel.bridge.handler import OtelHandler, get_handler
 from elastic_otel.config.settings import Settings
-from elastic_otel.integration import agent_instrumentation
+from elastic_otel.integration import agent_instrumentation, rendezvous_names
 from elastic_otel.integration import torch_metrics as metrics
 from elastic_otel.names.torch_names import DESTINATION, RDZV_DESTINATION, TORCH_EVENT_LOGGER_PREFIX
 
@@ -52,6 +54,7 @@ class Registration:
         # nothing was), to put back while the entry is still ours.
         self.replaced: dict[str, logging.Handler | None] = {}
         self.rendezvous_logger: logging.Logger | None = None  # the bridge was added to it
+        self.restore_method_names: Callable[[], None] | None = None  # torch's, put back
         self.metrics: metrics.TorchMetrics | None = None
         self.agent_wrapped = False
 
@@ -97,6 +100,8 @@ class Registration:
         if self.handler not in logger.handlers:
             logger.addHandler(self.handler)
             self.rendezvous_logger = logger
+        if self.restore_method_names is None:  # torch names each event: cheaply, now
+            self.restore_method_names = rendezvous_names.install()
 
     def _install_metrics(self) -> None:
         if self.metrics is not None:
@@ -119,7 +124,8 @@ class Registration:
     def uninstall(self) -> None:
         """Undo everything :meth:`install` changed: the agent's methods, torch's metric lookup
         (a provider built for it is shut down, bounded, and its exit step dropped), torch's
-        registry entries and the rendezvous logger's handler. The handler keeps running."""
+        registry entries, the rendezvous logger's handler and torch's event naming. The handler
+        keeps running."""
         with self._lock:
             if self.agent_wrapped:
                 self.agent.uninstrument()
@@ -141,6 +147,9 @@ class Registration:
                 # registered (or from _route_rendezvous): it leaves them all.
                 _event_logger(destination).removeHandler(self.handler)
             self.rendezvous_logger = None
+            restore, self.restore_method_names = self.restore_method_names, None
+            if restore is not None:
+                restore()
 
 
 # --- the process's registration ------------------------------------------------------------

@@ -232,3 +232,33 @@ def test_without_an_error_a_record_reads_torchs_error_file() -> None:
     typed = parse_event(AgentRecord(worker("FAILED", ERROR_FILE)), 1)
     assert typed == parse_event(worker("FAILED", ERROR_FILE), 1)
     assert typed.error is not None and typed.error.type == "RuntimeError"
+
+
+def test_rendezvous_events_are_named_as_torch_names_them() -> None:
+    """The bridge's ``get_method_name`` (``sys._getframe``) names the method torch's
+    (``inspect.stack()``) does, at every depth, and falls back the same way; the registration
+    puts torch's back when it uninstalls."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from elastic_otel.integration import rendezvous_names
+
+    undo = rendezvous_names.install()
+    assert undo is not None, "torch's get_method_name was not replaced"
+    assert dynamic_rendezvous.get_method_name is rendezvous_names.get_method_name
+    undo()
+    torchs = dynamic_rendezvous.get_method_name
+    assert torchs is not rendezvous_names.get_method_name
+
+    class Handler:  # the shape of DynamicRendezvousHandler._record and its callers
+        def _record(self, name_of: Callable[..., str], depth: int) -> str:
+            return name_of(depth)
+
+        def next_rendezvous(self, name_of: Callable[..., str], depth: int) -> str:
+            return self._record(name_of, depth)
+
+    for depth in (0, 1, 2, 3, 10_000):
+        assert Handler().next_rendezvous(
+            rendezvous_names.get_method_name, depth
+        ) == Handler().next_rendezvous(torchs, depth), depth
+    assert Handler().next_rendezvous(rendezvous_names.get_method_name, 2) == "next_rendezvous"
+    assert rendezvous_names.get_method_name(10_000) == rendezvous_names.NO_METHOD_NAME
