@@ -29,7 +29,7 @@ from elastic_otel.parsing.worker_progress import WorkerProgress
 S = 1_000_000_000
 
 ONE_RANK_GROUP = """
-import os, sys, time, torch, torch.distributed as dist
+import json, os, sys, time, torch, torch.distributed as dist
 from elastic_otel.worker.collectives import CollectivesWatch
 directory = sys.argv[1]
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -39,12 +39,16 @@ for _ in range(3):
     dist.all_reduce(t)
 sub = dist.new_group([0])
 dist.broadcast(t, 0, group=sub)
-for _ in range(100):  # gloo marks a collective completed a moment after its call returned
+path = os.path.join(directory, "elastic_otel_collectives.json")
+for _ in range(400):  # gloo marks a collective completed a moment after its call returned
     watch.poll(time.time_ns())
-    if all(g["issued"] == g["completed"] for g in watch.groups.values()):
+    written = json.loads(open(path).read())  # what the agent reads, not the watch's memory
+    if len(written["groups"]) == 2 and all(
+        g["issued"] == g["completed"] for g in written["groups"]
+    ):
         break
     time.sleep(0.05)
-print("first", open(os.path.join(directory, "elastic_otel_collectives.json")).read())
+print("first", open(path).read())
 watch.poll(time.time_ns(), dump=True)
 print("dumped", open(os.path.join(directory, "elastic_otel_collectives.json")).read())
 """
