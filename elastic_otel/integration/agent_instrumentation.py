@@ -84,7 +84,7 @@ class AgentInstrumentation:
                 )
                 return False
             try:
-                classes = _torch_classes()
+                classes = torch_classes()
             except ImportError as e:
                 _logger.debug("elastic-otel: agent not instrumented (%s)", e)
                 return False
@@ -127,7 +127,7 @@ class AgentInstrumentation:
     def installed() -> AgentInstrumentation | None:
         """The instrumentation whose wrappers are on torch's classes now (``None``: none)."""
         try:
-            classes = _torch_classes()
+            classes = torch_classes()
         except ImportError:
             return None
         first = WRAPPED[0]
@@ -135,7 +135,8 @@ class AgentInstrumentation:
         return owner if isinstance(owner, AgentInstrumentation) else None
 
 
-def _torch_classes() -> dict[str, type]:
+def torch_classes() -> dict[str, type]:
+    """torch's classes whose methods :data:`WRAPPED` names, by the name it uses."""
     from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.distributed.elastic.multiprocessing.api import PContext

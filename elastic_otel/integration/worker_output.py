@@ -11,6 +11,7 @@ could block. Design: ``docs/worker-output.md`` (How it works, and why this way).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import stat
@@ -268,14 +269,9 @@ def capture_logs_specs(agent: Any, handler: OtelHandler, output: WorkerOutput) -
     agent._logs_specs = _capturing_class()(specs, handler, output)
 
 
-_CLASS: list[type] = []
-
-
+@functools.cache  # made once: torch is imported only here
 def _capturing_class() -> type:
-    """A ``LogsSpecs`` that delegates to the agent's own and captures (made once: torch is
-    imported only here)."""
-    if _CLASS:
-        return _CLASS[0]
+    """A ``LogsSpecs`` that delegates to the agent's own and captures."""
     from torch.distributed.elastic.multiprocessing.api import LogsSpecs
 
     class CapturingLogsSpecs(LogsSpecs):
@@ -306,7 +302,6 @@ def _capturing_class() -> type:
         def __repr__(self) -> str:
             return repr(self.elastic_otel_inner)
 
-    _CLASS.append(CapturingLogsSpecs)
     return CapturingLogsSpecs
 
 

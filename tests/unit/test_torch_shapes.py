@@ -61,18 +61,6 @@ def _targets(classes: dict[str, type]) -> list[tuple[type, str, Any, int]]:
     ]
 
 
-def _torch_classes() -> dict[str, type]:
-    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
-    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
-    from torch.distributed.elastic.multiprocessing.api import PContext
-
-    return {
-        "SimpleElasticAgent": SimpleElasticAgent,
-        "LocalElasticAgent": LocalElasticAgent,
-        "PContext": PContext,
-    }
-
-
 # --- the installed torch ------------------------------------------------------------------------
 
 
@@ -103,7 +91,7 @@ def test_instrument_wraps_exactly_the_table() -> None:
     installed = AgentInstrumentation.installed()  # a registration in this process, maybe
     if installed is not None:
         installed.uninstrument()
-    classes = _torch_classes()
+    classes = agent_instrumentation.torch_classes()
     before = {name: dict(vars(cls)) for name, cls in classes.items()}
     agent = AgentInstrumentation()
     try:
@@ -140,7 +128,7 @@ def test_shape_check_agrees_with_the_table() -> None:
     installed = AgentInstrumentation.installed()
     if installed is not None:
         installed.uninstrument()  # a wrapped method is a problem of its own
-    classes = _torch_classes()
+    classes = agent_instrumentation.torch_classes()
     found = shape_problem(classes["SimpleElasticAgent"], _targets(classes))
     checked = (*WRAPPED, "SimpleElasticAgent._construct_event")
     table = [p for p in problems(recorded) if p.startswith(checked)]

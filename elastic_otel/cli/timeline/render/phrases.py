@@ -128,23 +128,20 @@ def restart_note(rnd: Round) -> str:
 def outcome_text(rnd: Round) -> str:
     """``1 node lost: worker failure: worker group restarted: job failed``."""
     o = rnd.outcome
-    parts = []
-    if o.lost_nodes:
-        parts.append(f"{o.lost_nodes} node{'s' if o.lost_nodes > 1 else ''} lost")
-    if o.rendezvous_failed:
-        parts.append("rendezvous failed")
-    if o.worker_failure:
-        parts.append("worker failure")
-    if o.group_restarted:
-        parts.append("worker group restarted")
-    if o.membership_restart:
-        parts.append("workers restarted for a membership change")
-    if o.job_failed:
-        parts.append("job failed")
-    if o.job_succeeded:
-        parts.append("job succeeded")
-    if o.workers_succeeded:
-        parts.append("workers succeeded")
+    parts = [f"{o.lost_nodes} node{'s' if o.lost_nodes > 1 else ''} lost"] if o.lost_nodes else []
+    parts += [
+        text
+        for happened, text in (
+            (o.rendezvous_failed, "rendezvous failed"),
+            (o.worker_failure, "worker failure"),
+            (o.group_restarted, "worker group restarted"),
+            (o.membership_restart, "workers restarted for a membership change"),
+            (o.job_failed, "job failed"),
+            (o.job_succeeded, "job succeeded"),
+            (o.workers_succeeded, "workers succeeded"),
+        )
+        if happened
+    ]
     return ": ".join(parts)
 
 
