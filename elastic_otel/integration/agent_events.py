@@ -240,6 +240,11 @@ def report_stacks_and_stall(
         facts[A.STALLED_COLLECTIVE_NUMBER] = stall.number
     if stall.group is not None:
         facts[A.STALLED_PROCESS_GROUP] = stall.group
+    if stall.backend:
+        facts[A.STALLED_BACKEND] = stall.backend
+        facts[A.STALLED_STATE_KNOWN] = stall.state_known
+    if stall.not_reached:
+        facts[A.STALLED_NOT_REACHED] = stall.not_reached
     facts.update(dump_facts)
     if liveness is not None:
         facts.update(silence_attributes(liveness.silent_nodes()))

@@ -21,7 +21,7 @@ from typing import TypeGuard
 
 from elastic_otel.model.spans import LogOut, SpanAttributes, SpanRecord
 from elastic_otel.names import attributes as A
-from elastic_otel.parsing.collectives import CollectiveProgress
+from elastic_otel.parsing.collectives import SCHEDULED, CollectiveProgress, group_name
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind
 from elastic_otel.parsing.worker_progress import WorkerProgress
 
@@ -116,11 +116,13 @@ class RankProgress:
 
     global_rank: int
     collective: str | None  # the collective it is in now (None: in none)
-    entered: int  # collectives it has entered so far (in ``group``, when there is one)
+    entered: int  # which collective that is, or how many it entered (in ``group``, if known)
     step: int | None  # the last step the script marked (None: it marks none)
     progress_ns: int  # when it last entered or left a collective or marked a step
-    group: str | None = None  # the process group of ``collective`` (None: unknown)
-    issued: tuple[tuple[str, int], ...] = ()  # (group, last collective issued) per group
+    group: str | None = None  # the key of ``collective``'s process group (None: unknown)
+    issued: tuple[tuple[str, int], ...] = ()  # (group key, last collective issued) per group
+    state: str | None = None  # ``collective``'s state on the device, where the record says
+    members: tuple[int, ...] = ()  # the global ranks of ``group`` (empty: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,9 @@ class TrainingStall:
     collective: str | None  # the collective they wait in
     number: int  # which collective that is (1: the first; of ``group`` when there is one)
     group: str | None = None  # its process group, where the Flight Recorder says
+    backend: str = ""  # the record that says so ("gloo", "nccl")
+    not_reached: tuple[int, ...] = ()  # of ``waited_for``: issued it, the device has not started it
+    state_known: bool = False  # the record tracks the device's start (NCCL with timing)
 
 
 def rank_progress(
@@ -145,13 +150,21 @@ def rank_progress(
         return RankProgress(
             global_rank, progress.collective, progress.entered, progress.step, progress.progress_ns
         )
-    issued = tuple((g.name, g.issued) for g in groups)
+    issued = tuple((g.key, g.issued) for g in groups)
     progress_ns = max(progress.progress_ns, collectives.progress_ns)
     inside = collectives.open_group()
     if inside is not None:
-        op = inside.op or progress.collective or "collective"
+        number = inside.first_open
         return RankProgress(
-            global_rank, op, inside.issued, progress.step, progress_ns, inside.name, issued
+            global_rank,
+            inside.op or progress.collective or "collective",
+            number,
+            progress.step,
+            progress_ns,
+            inside.key,
+            issued,
+            inside.state_of(number),
+            inside.members,
         )
     if progress.collective is not None:  # one the Flight Recorder does not count (send, recv)
         return RankProgress(
@@ -163,7 +176,7 @@ def rank_progress(
             None,
             issued,
         )
-    default = collectives.group("0") or groups[0]
+    default = next((g for g in groups if g.name == "0"), groups[0])
     entered = max(default.issued, progress.entered)
     return RankProgress(global_rank, None, entered, progress.step, progress_ns, None, issued)
 
@@ -171,14 +184,16 @@ def rank_progress(
 def training_stall(ranks: list[RankProgress], now_ns: int, after_ns: int) -> TrainingStall | None:
     """A training stall when no rank of ``ranks`` made progress for ``after_ns``.
 
-    The ranks inside the latest collective any of them entered wait there. Where the Flight
-    Recorder names the process group, the ranks waited for are the local members of that group
-    that never issued it (their last collective in the group is an earlier one); otherwise every
-    other local rank is. With no rank in a collective, ranks behind the others' last marked
-    step are waited for. When every local rank waits in the same collective, the ranks they
-    wait for are on other nodes: that node's report names them. Training begins with the first
-    collective a local rank enters (or the first step it marks): a slow start (imports,
-    ``init_process_group`` of thousands of ranks) is not a training stall.
+    The ranks inside the oldest open collective of the group most of them wait in wait there.
+    Where the Flight Recorder names the process group, the ranks waited for are its local
+    members that never issued that collective (no collective of the group yet counts as an
+    earlier one) and, where the record tracks the device's start, those whose device has not
+    started it; otherwise every other local rank is. With no rank in a collective, ranks behind
+    the others' last marked step are waited for. When every local rank waits in the same
+    collective, the ranks they wait for are on other nodes: that node's report names them.
+    Training begins with the first collective a local rank enters (or the first step it marks):
+    a slow start (imports, ``init_process_group`` of thousands of ranks) is not a training
+    stall.
     """
     if not ranks or after_ns <= 0:
         return None
@@ -187,10 +202,13 @@ def training_stall(ranks: list[RankProgress], now_ns: int, after_ns: int) -> Tra
     last = max(r.progress_ns for r in ranks)
     if now_ns - last < after_ns:
         return None
+    seconds = (now_ns - last) / 1e9
     inside = [r for r in ranks if r.collective is not None]
     group = _waited_group(inside)
+    if group is not None:
+        return _group_stall([r for r in inside if r.group == group], ranks, group, seconds)
+    not_reached: list[RankProgress] = []
     if inside:
-        inside = [r for r in inside if r.group == group]
         number = max(r.entered for r in inside)
         waiting = [r for r in inside if r.entered == number]
         collective = waiting[0].collective
@@ -202,16 +220,47 @@ def training_stall(ranks: list[RankProgress], now_ns: int, after_ns: int) -> Tra
         if len(waiting) == len(ranks):
             waiting = []  # all at the same step, none in a collective: nobody waits on a rank
     waited_for = [r for r in ranks if r not in waiting] if waiting else []
-    if group is not None:
-        waited_for = [r for r in waited_for if dict(r.issued).get(group, number) < number]
     return TrainingStall(
-        seconds=(now_ns - last) / 1e9,
-        waiting=tuple(sorted(r.global_rank for r in waiting)),
-        waited_for=tuple(sorted(r.global_rank for r in waited_for)),
+        seconds=seconds,
+        waiting=_ranks(waiting),
+        waited_for=_ranks(waited_for + not_reached),
         collective=collective,
         number=number,
-        group=group,
     )
+
+
+def _group_stall(
+    inside: list[RankProgress], ranks: list[RankProgress], group: str, seconds: float
+) -> TrainingStall:
+    """Who waits for whom in one process group's collective (the Flight Recorder's view)."""
+    number = min(r.entered for r in inside)  # with NCCL a rank may have enqueued more behind it
+    members = {m for r in inside for m in r.members}
+
+    def member(r: RankProgress) -> bool:  # unknown members: the default group has every rank
+        return r.global_rank in members if members else group_name(group) == "0"
+
+    def state(r: RankProgress) -> str | None:
+        return r.state if r.group == group and r.entered == number else None
+
+    issued = {r.global_rank: dict(r.issued).get(group, 0) for r in ranks}
+    never = [r for r in ranks if member(r) and issued[r.global_rank] < number]
+    not_reached = [r for r in inside if state(r) == SCHEDULED]
+    waiting = [r for r in inside if r not in not_reached]
+    return TrainingStall(
+        seconds=seconds,
+        waiting=_ranks(waiting),
+        waited_for=_ranks(never + not_reached),
+        collective=next((r.collective for r in inside if r.entered == number), None),
+        number=number,
+        group=group_name(group),
+        backend=group.rpartition(":")[0],
+        not_reached=_ranks(not_reached),
+        state_known=any(state(r) is not None for r in inside),
+    )
+
+
+def _ranks(ranks: list[RankProgress]) -> tuple[int, ...]:
+    return tuple(sorted({r.global_rank for r in ranks}))
 
 
 def _waited_group(inside: list[RankProgress]) -> str | None:
@@ -223,7 +272,7 @@ def _waited_group(inside: list[RankProgress]) -> str | None:
             counts[r.group] = counts.get(r.group, 0) + 1
     if not counts:
         return None
-    return max(counts, key=lambda g: (counts[g], g == "0"))
+    return max(counts, key=lambda g: (counts[g], group_name(g) == "0"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,22 +350,44 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     text = f"stalled {float(seconds):.0f} s in training" if _is_number(seconds) else "stalled"
     waiting = _rank_text(attributes.get(A.STALLED_WAITING))
     collective = attributes.get(A.STALLED_COLLECTIVE)
-    if waiting and collective:
+    group = attributes.get(A.STALLED_PROCESS_GROUP)
+    backend = attributes.get(A.STALLED_BACKEND)
+    # Without the device's start (NCCL without timing events) a rank "in" a collective has it
+    # enqueued and not completed: its GPU may be inside it or still before it.
+    unknown = backend == "nccl" and attributes.get(A.STALLED_STATE_KNOWN) is False
+    which = ""
+    if collective:
         number = attributes.get(A.STALLED_COLLECTIVE_NUMBER)
-        which = f" #{number}" if number else ""
-        group = attributes.get(A.STALLED_PROCESS_GROUP)
+        which = f"{collective}" + (f" #{number}" if number else "")
         which += f" of process group {group}" if group is not None else ""
-        text += f": global ranks {waiting} wait in {collective}{which}"
-    ranks = _rank_text(attributes.get(A.STALLED_RANKS))
+        which += f" ({backend})" if backend else ""
+        if waiting:
+            verb = "have" if unknown else "wait in"
+            text += f": global ranks {waiting} {verb} {which}"
+            text += " enqueued, not completed" if unknown else ""
+    ranks = attributes.get(A.STALLED_RANKS)
+    late = _as_ranks(attributes.get(A.STALLED_NOT_REACHED))
+    never = [r for r in _as_ranks(ranks) if r not in late]
     frame = attributes.get(A.STACK_FRAME)
-    if ranks:
-        text += f"; waiting for global rank {ranks}"
-        text += f" (in {frame})" if frame else ""
-        if attributes.get(A.STALLED_PROCESS_GROUP) is not None and collective:
-            text += ", which never entered it"
+    parts = []
+    if never or (ranks and not late):
+        named = _rank_text(tuple(never)) if never else _rank_text(ranks)
+        part = f"global rank {named}" + (f" (in {frame})" if frame else "")
+        if group is not None and collective:
+            part += ", which never issued it" if backend == "nccl" else ", which never entered it"
+        parts.append(part)
+    if late:
+        part = f"global rank {_rank_text(late)}" + (f" (in {frame})" if frame and not never else "")
+        part += ", whose GPU has not reached it (scheduled: its own compute is slow or stuck)"
+        parts.append(part)
+    if parts:
+        text += "; waiting for " + " and ".join(parts)
     elif waiting:
         text += "; waiting for ranks on other nodes"
-    else:
+        if unknown:
+            text += " (or a local GPU: without TORCH_NCCL_ENABLE_TIMING the record does not say"
+            text += " whose GPU started it)"
+    elif not collective:
         text += "; no rank is in a collective"
     silence = _describe_silence(attributes)
     if silence:
@@ -325,6 +396,12 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     if unanswered:
         text += f"; no Flight Recorder dump from global rank {unanswered} (holding the GIL?)"
     return text
+
+
+def _as_ranks(value: object) -> tuple[int, ...]:
+    if isinstance(value, tuple | list):
+        return tuple(r for r in value if isinstance(r, int))
+    return ()
 
 
 def _rank_text(value: object) -> str:

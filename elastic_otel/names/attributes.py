@@ -76,6 +76,15 @@ torch's Flight Recorder says, else counted by each rank's Python collectives."""
 STALLED_PROCESS_GROUP: Final = "torchelastic.stalled.process_group"
 """On a training stall: the process group of the collective (torch's group name, ``0``: the
 default group), where torch's Flight Recorder says."""
+STALLED_BACKEND: Final = "torchelastic.stalled.backend"
+"""On a training stall: the backend whose Flight Recorder record says so (``gloo``, ``nccl``)."""
+STALLED_NOT_REACHED: Final = "torchelastic.stalled.not_reached"
+"""Of the ranks waited for, those that issued the collective and whose device has not started
+it (``scheduled``: their own compute is slow or stuck), where the record tracks the device's
+start (NCCL with ``TORCH_NCCL_ENABLE_TIMING``; an int array)."""
+STALLED_STATE_KNOWN: Final = "torchelastic.stalled.state_known"
+"""``true`` when the record tracks the device's start of the collective, so that the ranks
+waiting are inside it on their device; ``false`` on NCCL without timing events."""
 STRAGGLER_RANK: Final = "torchelastic.straggler.rank"
 """On a straggler report: the global rank that keeps its local peers waiting."""
 STRAGGLER_SCORE: Final = "torchelastic.straggler.score"

@@ -165,8 +165,9 @@ beside the worker's error file."""
 WORKER_PROGRESS_FILE = "elastic_otel_progress.bin"
 WORKER_STACKS_FILE = "elastic_otel_stacks.log"
 WORKER_COLLECTIVES_FILE = "elastic_otel_collectives.json"
-"""The worker's process groups as torch's Flight Recorder has them (last collective issued and
-completed in each, the open one's op), written by :mod:`elastic_otel.worker.collectives`."""
+"""The worker's process groups as torch's Flight Recorder records have them (last collective
+issued, started and completed in each, the open one's op and state), written by
+:mod:`elastic_otel.worker.collectives`."""
 WORKER_REQUESTS_FIFO = "elastic_otel_requests"
 """A FIFO the worker's collectives thread reads: a byte from the agent asks for a dump."""
 WORKER_FLIGHT_RECORDER_FILE = "elastic_otel_flight_recorder.pkl"
@@ -174,6 +175,11 @@ WORKER_FLIGHT_RECORDER_FILE = "elastic_otel_flight_recorder.pkl"
 ELASTIC_OTEL_FLIGHT_RECORDER = "ELASTIC_OTEL_FLIGHT_RECORDER"
 """``false``: workers do not read torch's Flight Recorder (collective progress then comes only
 from the Python collectives the progress record wraps), and no dump is taken."""
+ELASTIC_OTEL_NCCL_TIMING = "ELASTIC_OTEL_NCCL_TIMING"
+"""``true``: the worker start-up sets ``TORCH_NCCL_ENABLE_TIMING=1`` (unless the job set it), so
+that NCCL's record says which ranks' GPUs started a collective and how long each took on the
+device (default ``false``: timing events cost small steps up to 14 %, docs/hangs.md)."""
+TORCH_NCCL_ENABLE_TIMING = "TORCH_NCCL_ENABLE_TIMING"
 ELASTIC_OTEL_STRAGGLER_WINDOW = "ELASTIC_OTEL_STRAGGLER_WINDOW"
 """Seconds per straggler window: each worker's collectives thread reads its whole Flight
 Recorder once per window and leaves the arrivals of the collectives issued since, which the

@@ -2,9 +2,10 @@
 
 The worker's collectives thread (:mod:`elastic_otel.worker.collectives`) writes
 :data:`~elastic_otel.names.environment_variables.WORKER_COLLECTIVES_FILE` (JSON, replaced
-atomically) whenever what it read changed: for each process group, the sequence number of the
-last collective issued and of the last one completed, its members (global ranks), and for a
-collective that stayed open a while its op and sizes; once per straggler window, when this rank
+atomically) whenever what it read changed: for each process group of each backend's record
+(gloo's, NCCL's), the sequence numbers of the last collective issued, started on the device
+(where the record tracks it) and completed, its members (global ranks), and for a collective
+that stayed open a while its op, sizes and state; once per straggler window, when this rank
 issued each collective since the last window (its arrivals, per process group, which the agent's
 straggler scores compare). Whoever issued the collective (the Python API, DDP's reducer,
 functional collectives, a compiled graph) torch records it there. Pure: no torch, no clock of
@@ -34,22 +35,66 @@ def poll_period(stall_after_s: float) -> float:
     return min(max(stall_after_s / 4, 0.5), 5.0)
 
 
+SCHEDULED = "scheduled"
+"""A collective's state in the record: issued (enqueued on a GPU), not yet started there."""
+STARTED = "started"
+"""Started by the device, not completed: inside the collective, waiting for its peers."""
+STATES = (SCHEDULED, STARTED)
+
+
 @dataclass(frozen=True, slots=True)
 class GroupProgress:
-    """One process group of a worker."""
+    """One process group of a worker, as one backend's record has it."""
 
     name: str  # torch's group name ("0": the default group)
     members: tuple[int, ...]  # global ranks (empty: unknown)
     issued: int  # sequence number of the last collective issued (0: none)
     completed: int  # of the last one completed
     open_since_ns: int  # when the worker first saw ``issued`` still open (0: none open)
-    op: str | None  # the open collective's op ("all_reduce"), once identified
+    op: str | None  # the first open collective's op ("all_reduce"), once identified
     sizes: tuple[tuple[int, ...], ...]  # its input sizes, once identified
+    backend: str = ""  # the record it comes from ("gloo", "nccl"; "": not said)
+    started: int = -1  # of the last one the device started (-1: the record does not track it)
+    state: str | None = None  # the first open one's, once identified: SCHEDULED or STARTED
 
     @property
     def open(self) -> bool:
         """A collective of this group was issued and has not completed."""
         return self.issued > self.completed
+
+    @property
+    def key(self) -> str:
+        """Identifies the group across ranks: the backend's records number collectives
+        separately, so a group with two backends (``cpu:gloo,cuda:nccl``) is two keys."""
+        return group_key(self.name, self.backend)
+
+    @property
+    def first_open(self) -> int:
+        """The collective the rank waits in: the oldest not completed (with NCCL a rank may
+        have enqueued more behind it); 0 when none is open."""
+        return self.completed + 1 if self.open else 0
+
+    def state_of(self, number: int) -> str | None:
+        """SCHEDULED or STARTED for an open collective ``number`` where the record tracks the
+        device's start; ``None`` where it does not (gloo; NCCL without timing events)."""
+        if number > self.issued or number <= self.completed:
+            return None
+        if number == self.first_open and self.state is not None:
+            return self.state  # read from the entry itself: fresher than the status
+        if self.started < 0:
+            return None
+        return STARTED if number <= self.started else SCHEDULED
+
+
+def group_key(name: str, backend: str) -> str:
+    """``name`` for a group of one backend's record, ``backend:name`` once the backend is said
+    (see :attr:`GroupProgress.key`)."""
+    return f"{backend}:{name}" if backend else name
+
+
+def group_name(key: str) -> str:
+    """torch's group name in a :func:`group_key`."""
+    return key.rpartition(":")[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +116,11 @@ class CollectiveProgress:
         opened = [g for g in self.groups if g.open]
         return max(opened, key=lambda g: g.open_since_ns) if opened else None
 
-    def group(self, name: str) -> GroupProgress | None:
-        return next((g for g in self.groups if g.name == name), None)
+    def group(self, name: str, backend: str | None = None) -> GroupProgress | None:
+        """Group ``name`` (of ``backend`` where given; else the first record's)."""
+        return next(
+            (g for g in self.groups if g.name == name and backend in (None, g.backend)), None
+        )
 
 
 def read_collectives(directory: str) -> CollectiveProgress | None:
@@ -99,6 +147,9 @@ def parse_collectives(data: object) -> CollectiveProgress | None:
                 open_since_ns=int(g.get("open_since_ns") or 0),
                 op=str(g["op"]) if g.get("op") else None,
                 sizes=tuple(tuple(int(n) for n in s) for s in g.get("sizes") or ()),
+                backend=str(g.get("backend") or ""),
+                started=int(g.get("started", -1)),
+                state=g["state"] if g.get("state") in STATES else None,
             )
             for g in data["groups"]
         )
@@ -115,6 +166,13 @@ def parse_collectives(data: object) -> CollectiveProgress | None:
         )
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
+
+
+def dump_path(path: str, backend: str) -> str:
+    """Where a second record's dump goes beside the first's ``path`` (a job with two
+    backends): ``elastic_otel_flight_recorder.gloo.pkl``."""
+    stem, dot, suffix = path.rpartition(".")
+    return f"{stem}.{backend}{dot}{suffix}"
 
 
 def op_name(profiling_name: str) -> str:

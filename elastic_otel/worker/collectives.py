@@ -2,7 +2,8 @@
 
 DDP's reducer, FSDP2, tensor parallelism and compiled graphs issue collectives that never pass
 through the Python functions :mod:`elastic_otel.worker.progress` wraps; torch's Flight Recorder
-records every one. A daemon thread of the worker reads it (a cheap status read per poll, the
+records every one, in the record of the backend that runs it (:mod:`.records`: gloo's, NCCL's).
+A daemon thread of the worker reads them (a cheap status read per poll, the
 whole record only for a collective that stays open, a dump or a straggler window) and leaves
 what it found for the agent; the training thread does nothing for any of it.
 Design: ``docs/hangs.md`` (The Flight Recorder, and what reading it costs).
@@ -25,16 +26,30 @@ from elastic_otel.names.environment_variables import (
     DEFAULT_STALL_AFTER_S,
     DEFAULT_STRAGGLER_WINDOW_S,
     ELASTIC_OTEL_FLIGHT_RECORDER,
+    ELASTIC_OTEL_NCCL_TIMING,
     ELASTIC_OTEL_STALL_AFTER,
     ELASTIC_OTEL_STRAGGLER_WINDOW,
+    TORCH_NCCL_ENABLE_TIMING,
     WORKER_COLLECTIVES_FILE,
     WORKER_FLIGHT_RECORDER_FILE,
     WORKER_REQUESTS_FIFO,
 )
-from elastic_otel.parsing.collectives import MAX_ARRIVALS, op_name, poll_period
+from elastic_otel.parsing.collectives import (
+    MAX_ARRIVALS,
+    STATES,
+    dump_path,
+    group_key,
+    op_name,
+    poll_period,
+)
+from elastic_otel.worker.records.gloo import GlooRecord
+from elastic_otel.worker.records.nccl import NcclRecord
+from elastic_otel.worker.records.record import FlightRecord
 
 C10D_MODULE = "torch.distributed.distributed_c10d"
 THREAD_NAME = "elastic-otel-collectives"
+RECORDS: tuple[type[FlightRecord], ...] = (NcclRecord, GlooRecord)
+"""The kinds of record read, each where this build has it; the first with groups is the dump's."""
 
 
 def start(directory: str) -> threading.Thread | None:
@@ -43,6 +58,8 @@ def start(directory: str) -> threading.Thread | None:
     stall_after = env_float(ELASTIC_OTEL_STALL_AFTER, DEFAULT_STALL_AFTER_S)
     if not env_flag(ELASTIC_OTEL_FLIGHT_RECORDER, True) or stall_after <= 0:
         return None
+    if env_flag(ELASTIC_OTEL_NCCL_TIMING, False):  # read as NCCL's process groups are made
+        os.environ.setdefault(TORCH_NCCL_ENABLE_TIMING, "1")
     fifo = os.path.join(directory, WORKER_REQUESTS_FIFO)
     if not os.path.exists(fifo):
         os.mkfifo(fifo, 0o600)
@@ -59,7 +76,8 @@ def start(directory: str) -> threading.Thread | None:
 
 
 class CollectivesWatch:
-    """Reads the Flight Recorder's status of every process group; owns the collectives file."""
+    """Reads every backend's Flight Recorder status of every process group; owns the
+    collectives file."""
 
     def __init__(
         self, directory: str, period_s: float, identify_after_s: float, window_s: float = 0.0
@@ -69,13 +87,14 @@ class CollectivesWatch:
         self.period_s = period_s
         self.identify_after_ns = int(identify_after_s * 1e9)
         self.pid = os.getpid()
-        self.groups: dict[str, dict[str, Any]] = {}
+        self.records: list[FlightRecord] | None = None  # this build's, once c10d is up
+        self.groups: dict[str, dict[str, Any]] = {}  # by group key (backend:name)
         self.progress_ns = 0
         self.dumps = 0
         self.window_ns = int(window_s * 1e9)
         self.window_read_ns = 0  # when the arrivals were last read (0: not yet)
         self.arrivals: dict[str, list[tuple[int, int]]] = {}
-        self._last_seq: dict[str, int] = {}  # per group: the newest arrival already left
+        self._last_seq: dict[str, int] = {}  # per group key: the newest arrival already left
         self._written: str | None = None
 
     def run(self, fd: int) -> None:
@@ -89,17 +108,17 @@ class CollectivesWatch:
                 self.poll(time.time_ns(), asked)
 
     def poll(self, now_ns: int, dump: bool = False) -> None:
-        """Read every group's status; identify collectives open long enough; dump on request;
-        write the file when anything changed."""
+        """Read every group's status in every record; identify collectives open long enough;
+        dump on request; write the file when anything changed."""
         c10d = sys.modules.get(C10D_MODULE)
         if c10d is None or not c10d.is_initialized():
             return
-        extension = sys.modules["torch"]._C._distributed_c10d
-        dump_json = getattr(extension, "_dump_fr_trace_json", None)
-        if dump_json is None:  # torch before the Flight Recorder's JSON dump: nothing to read
-            return
-        status = json.loads(dump_json(False))
-        changed = self._update(c10d, status.get("pg_status") or {}, now_ns)
+        if self.records is None:
+            extension = sys.modules["torch"]._C._distributed_c10d
+            self.records = [r for kind in RECORDS if (r := kind(extension)).available]
+        changed = False
+        for record in self.records:
+            changed |= self._update(c10d, record.backend, record.status(), now_ns)
         if changed:
             self.progress_ns = now_ns
         # Identified once per open collective (tried once: a record without it, say with
@@ -108,7 +127,7 @@ class CollectivesWatch:
             g
             for g in self.groups.values()
             if g["open_since_ns"]
-            and g["_tried"] != g["issued"]
+            and g["_tried"] != g["completed"] + 1
             and now_ns - g["open_since_ns"] >= self.identify_after_ns
         ]
         # The window's read: only once a collective was issued (an empty record, say with
@@ -118,98 +137,138 @@ class CollectivesWatch:
             and any(g["issued"] for g in self.groups.values())
             and now_ns - self.window_read_ns >= self.window_ns
         )
-        if dump or stuck or window:
-            # No stack traces: symbolizing them holds the GIL for seconds on the first dump.
-            raw = extension._dump_fr_trace(includeStackTraces=False)
-            record = pickle.loads(raw)  # torch's own bytes, from this process
-            if window:
-                self._arrive(record.get("entries") or [], now_ns)
-            if dump:
-                self._write(self.dump_path, pickle.dumps(self._complete(record)))
-                self.dumps += 1
-            self._identify(record.get("entries") or [])
-            for group in stuck:
-                group["_tried"] = group["issued"]
+        if not (dump or stuck or window):
+            self._publish()
+            return
+        # A whole read of the records that matter now: those with a group issued (in a NCCL
+        # job gloo's is empty, and the other way round on the CPU).
+        wholes = {
+            r.backend: r.record()
+            for r in self.records
+            if any(g["backend"] == r.backend and g["issued"] for g in self.groups.values())
+            or (dump and r is self.records[0])
+        }
+        if window:
+            self._arrive(wholes, now_ns)
+        if dump:
+            self._dump(wholes)
+        for backend, whole in wholes.items():
+            self._identify(backend, whole.get("entries") or [])
+        for group in stuck:
+            group["_tried"] = group["completed"] + 1
         self._publish()
 
-    def _update(self, c10d: Any, pg_status: dict[str, Any], now_ns: int) -> bool:
+    def _update(self, c10d: Any, backend: str, pg_status: dict[str, Any], now_ns: int) -> bool:
         changed = False
         for name, st in pg_status.items():
             issued = int(st.get("last_enqueued_collective", -1))
+            started = int(st.get("last_started_collective", -1))
             completed = int(st.get("last_completed_collective", -1))
-            group = self.groups.get(name)
+            key = group_key(name, backend)
+            group = self.groups.get(key)
             if group is None:
-                group = self.groups[name] = {
+                group = self.groups[key] = {
                     "name": name,
+                    "backend": backend,
                     "members": _members(c10d, name),
                     "issued": 0,
+                    "started": -1,
                     "completed": 0,
                     "open_since_ns": 0,
                     "op": None,
                     "sizes": [],
+                    "state": None,
                     "_tried": 0,
                 }
-            if (issued, completed) == (group["issued"], group["completed"]):
+            if (issued, started, completed) == (
+                group["issued"],
+                group["started"],
+                group["completed"],
+            ):
                 continue
             changed = True
-            was_open = group["issued"] if group["issued"] > group["completed"] else None
-            if issued != group["issued"]:
-                group["op"], group["sizes"] = None, []
+            was_open = group["completed"] + 1 if group["issued"] > group["completed"] else None
+            if completed != group["completed"]:
+                group["op"], group["sizes"], group["state"] = None, [], None
+            elif started != group["started"]:
+                group["state"] = None  # the status is newer than the entry read
             group["issued"], group["completed"] = max(issued, 0), max(completed, 0)
+            group["started"] = started if started >= 0 else -1
             if issued <= completed:
                 group["open_since_ns"] = 0
-            elif was_open != issued:
+            elif was_open != group["completed"] + 1:
                 group["open_since_ns"] = now_ns  # a newly open collective
         return changed
 
-    def _arrive(self, entries: list[dict[str, Any]], now_ns: int) -> None:
+    def _arrive(self, wholes: dict[str, dict[str, Any]], now_ns: int) -> None:
         """Keep when each collective issued since the last window was issued, per group (the
         newest :data:`MAX_ARRIVALS`); point-to-point operations are not collectives."""
-        if not entries:
+        if not any(w.get("entries") for w in wholes.values()):
             self.window_ns = 0  # torch keeps no record: nothing to score, ever
             return
         self.window_read_ns = now_ns
         arrivals: dict[str, list[tuple[int, int]]] = {}
-        for entry in entries:
-            pg = entry.get("process_group") or ("",)
-            seq, created = entry.get("collective_seq_id"), entry.get("time_created_ns")
-            name = str(pg[0])
-            if entry.get("is_p2p") or not isinstance(seq, int) or not isinstance(created, int):
-                continue
-            if seq > self._last_seq.get(name, 0):
-                arrivals.setdefault(name, []).append((seq, created))
-        for name, pairs in arrivals.items():
+        for backend, whole in wholes.items():
+            for entry in whole.get("entries") or []:
+                pg = entry.get("process_group") or ("",)
+                seq, created = entry.get("collective_seq_id"), entry.get("time_created_ns")
+                key = group_key(str(pg[0]), backend)
+                if entry.get("is_p2p") or not isinstance(seq, int) or not isinstance(created, int):
+                    continue
+                if seq > self._last_seq.get(key, 0):
+                    arrivals.setdefault(key, []).append((seq, created))
+        for key, pairs in arrivals.items():
             pairs.sort()
             del pairs[:-MAX_ARRIVALS]
-            self._last_seq[name] = pairs[-1][0]
+            self._last_seq[key] = pairs[-1][0]
         self.arrivals = arrivals
 
-    def _complete(self, record: dict[str, Any]) -> dict[str, Any]:
+    def _dump(self, wholes: dict[str, dict[str, Any]]) -> None:
+        """torch's own pickle of each record read, for ``torchfrtrace``: the first record with
+        groups in the dump file, any other (a job with two backends) beside it."""
+        assert self.records is not None
+        first = True
+        for record in self.records:
+            whole = wholes.get(record.backend)
+            if whole is None:
+                continue
+            path = self.dump_path if first else dump_path(self.dump_path, record.backend)
+            self._write(path, pickle.dumps(self._complete(record.backend, whole)))
+            first = False
+        self.dumps += 1
+
+    def _complete(self, backend: str, record: dict[str, Any]) -> dict[str, Any]:
         """The record with a ``pg_config`` entry for every process group its entries name:
         gloo's lacks them (one entry under ``""``), and ``torchfrtrace`` needs them."""
         config = dict(record.get("pg_config") or {})
         for entry in record.get("entries") or []:
             name, desc = [*(entry.get("process_group") or ()), "", ""][:2]
             if name and name not in config:
-                group = self.groups.get(str(name))
+                group = self.groups.get(group_key(str(name), backend))
                 members = group["members"] if group is not None else []
                 config[name] = {"name": name, "desc": desc, "ranks": str(members)}
         config.pop("", None)
         return {**record, "pg_config": config}
 
-    def _identify(self, entries: list[dict[str, Any]]) -> None:
+    def _identify(self, backend: str, entries: list[dict[str, Any]]) -> None:
+        """Name each open group's first open collective (op, sizes, state) from its entry."""
         for group in self.groups.values():
-            if group["issued"] <= group["completed"] or group["op"] is not None:
+            if group["backend"] != backend or group["issued"] <= group["completed"]:
                 continue
+            if group["op"] is not None:
+                continue
+            number = group["completed"] + 1
             for entry in reversed(entries):
                 pg = entry.get("process_group") or ("",)
                 if (
                     str(pg[0]) == group["name"]
-                    and entry.get("collective_seq_id") == group["issued"]
+                    and entry.get("collective_seq_id") == number
                     and not entry.get("is_p2p")
                 ):
                     group["op"] = op_name(str(entry.get("profiling_name", "")))
                     group["sizes"] = entry.get("input_sizes") or []
+                    if group["started"] >= 0 and entry.get("state") in STATES:
+                        group["state"] = entry["state"]  # the device's, where it is tracked
                     break
 
     def _publish(self) -> None:

@@ -86,10 +86,16 @@ def test_malformed_files_read_as_nothing(tmp_path: Path) -> None:
     assert parse_collectives([1, 2]) is None
 
 
-def group(name: str, issued: int, completed: int, op: str | None = None) -> GroupProgress:
-    return GroupProgress(
-        name, (0, 1, 2, 3), issued, completed, 5 * S if issued > completed else 0, op, ()
-    )
+def group(
+    name: str,
+    issued: int,
+    completed: int,
+    op: str | None = None,
+    members: tuple[int, ...] = (0, 1, 2, 3),
+    **more: object,
+) -> GroupProgress:
+    opened = 5 * S if issued > completed else 0
+    return GroupProgress(name, members, issued, completed, opened, op, (), **more)  # type: ignore[arg-type]
 
 
 def progress(at: int, collective: str | None = None, entered: int = 0) -> WorkerProgress:
@@ -120,15 +126,12 @@ def test_ddp_hang_the_late_rank_is_the_one_that_never_issued_it() -> None:
 
 
 def test_a_rank_outside_the_group_is_not_waited_for() -> None:
-    """Ranks 0 and 1 wait in a sub-group's all-gather; rank 2 is in no such group and idle:
+    """Ranks 0 and 1 wait in a sub-group's all-gather; rank 2 is not a member of it and idle:
     nobody waits for it."""
+    sub = group("1", 7, 6, "all_gather", members=(0, 1))
     ranks = [
-        rank_progress(
-            0, progress(S), flight(2 * S, group("0", 4, 4), group("1", 7, 6, "all_gather"))
-        ),
-        rank_progress(
-            1, progress(S), flight(2 * S, group("0", 4, 4), group("1", 7, 6, "all_gather"))
-        ),
+        rank_progress(0, progress(S), flight(2 * S, group("0", 4, 4), sub)),
+        rank_progress(1, progress(S), flight(2 * S, group("0", 4, 4), sub)),
         rank_progress(2, progress(S), flight(2 * S, group("0", 4, 4))),
     ]
     stall = training_stall(ranks, 70 * S, 60 * S)
