@@ -37,6 +37,7 @@ from elastic_otel.names.environment_variables import (
 from elastic_otel.parsing.collectives import (
     MAX_ARRIVALS,
     STATES,
+    device_ns,
     dump_path,
     group_key,
     op_name,
@@ -80,21 +81,28 @@ class CollectivesWatch:
     collectives file."""
 
     def __init__(
-        self, directory: str, period_s: float, identify_after_s: float, window_s: float = 0.0
+        self,
+        directory: str,
+        period_s: float,
+        identify_after_s: float,
+        window_s: float = 0.0,
+        records: list[FlightRecord] | None = None,
     ) -> None:
         self.path = os.path.join(directory, WORKER_COLLECTIVES_FILE)
         self.dump_path = os.path.join(directory, WORKER_FLIGHT_RECORDER_FILE)
         self.period_s = period_s
         self.identify_after_ns = int(identify_after_s * 1e9)
         self.pid = os.getpid()
-        self.records: list[FlightRecord] | None = None  # this build's, once c10d is up
+        self.records = records  # by default this build's, once c10d is up
         self.groups: dict[str, dict[str, Any]] = {}  # by group key (backend:name)
         self.progress_ns = 0
         self.dumps = 0
         self.window_ns = int(window_s * 1e9)
         self.window_read_ns = 0  # when the arrivals were last read (0: not yet)
         self.arrivals: dict[str, list[tuple[int, int]]] = {}
+        self.durations: dict[str, list[tuple[int, int]]] = {}
         self._last_seq: dict[str, int] = {}  # per group key: the newest arrival already left
+        self._last_done: dict[str, int] = {}  # per group key: the newest duration already left
         self._written: str | None = None
 
     def run(self, fd: int) -> None:
@@ -110,15 +118,15 @@ class CollectivesWatch:
     def poll(self, now_ns: int, dump: bool = False) -> None:
         """Read every group's status in every record; identify collectives open long enough;
         dump on request; write the file when anything changed."""
-        c10d = sys.modules.get(C10D_MODULE)
-        if c10d is None or not c10d.is_initialized():
-            return
         if self.records is None:
+            c10d = sys.modules.get(C10D_MODULE)
+            if c10d is None or not c10d.is_initialized():
+                return
             extension = sys.modules["torch"]._C._distributed_c10d
             self.records = [r for kind in RECORDS if (r := kind(extension)).available]
         changed = False
         for record in self.records:
-            changed |= self._update(c10d, record.backend, record.status(), now_ns)
+            changed |= self._update(record.backend, record.status(), now_ns)
         if changed:
             self.progress_ns = now_ns
         # Identified once per open collective (tried once: a record without it, say with
@@ -158,7 +166,7 @@ class CollectivesWatch:
             group["_tried"] = group["completed"] + 1
         self._publish()
 
-    def _update(self, c10d: Any, backend: str, pg_status: dict[str, Any], now_ns: int) -> bool:
+    def _update(self, backend: str, pg_status: dict[str, Any], now_ns: int) -> bool:
         changed = False
         for name, st in pg_status.items():
             issued = int(st.get("last_enqueued_collective", -1))
@@ -170,7 +178,7 @@ class CollectivesWatch:
                 group = self.groups[key] = {
                     "name": name,
                     "backend": backend,
-                    "members": _members(c10d, name),
+                    "members": _members(name),
                     "issued": 0,
                     "started": -1,
                     "completed": 0,
@@ -202,12 +210,15 @@ class CollectivesWatch:
 
     def _arrive(self, wholes: dict[str, dict[str, Any]], now_ns: int) -> None:
         """Keep when each collective issued since the last window was issued, per group (the
-        newest :data:`MAX_ARRIVALS`); point-to-point operations are not collectives."""
+        newest :data:`MAX_ARRIVALS`), and the device's time inside each one completed since
+        (``duration_ms``: NCCL with timing events; gloo has none); point-to-point operations
+        are not collectives."""
         if not any(w.get("entries") for w in wholes.values()):
             self.window_ns = 0  # torch keeps no record: nothing to score, ever
             return
         self.window_read_ns = now_ns
         arrivals: dict[str, list[tuple[int, int]]] = {}
+        durations: dict[str, list[tuple[int, int]]] = {}
         for backend, whole in wholes.items():
             for entry in whole.get("entries") or []:
                 pg = entry.get("process_group") or ("",)
@@ -217,11 +228,15 @@ class CollectivesWatch:
                     continue
                 if seq > self._last_seq.get(key, 0):
                     arrivals.setdefault(key, []).append((seq, created))
-        for key, pairs in arrivals.items():
-            pairs.sort()
-            del pairs[:-MAX_ARRIVALS]
-            self._last_seq[key] = pairs[-1][0]
-        self.arrivals = arrivals
+                inside = device_ns(entry)
+                if inside is not None and seq > self._last_done.get(key, 0):
+                    durations.setdefault(key, []).append((seq, inside))
+        for kept, last in ((arrivals, self._last_seq), (durations, self._last_done)):
+            for key, pairs in kept.items():
+                pairs.sort()
+                del pairs[:-MAX_ARRIVALS]
+                last[key] = pairs[-1][0]
+        self.arrivals, self.durations = arrivals, durations
 
     def _dump(self, wholes: dict[str, dict[str, Any]]) -> None:
         """torch's own pickle of each record read, for ``torchfrtrace``: the first record with
@@ -279,6 +294,7 @@ class CollectivesWatch:
             "groups": groups,
             "dumps": self.dumps,
             "arrivals": self.arrivals,
+            "durations": self.durations,
             "window_ns": self.window_read_ns,
         }
         text = json.dumps(body, sort_keys=True)
@@ -296,8 +312,9 @@ class CollectivesWatch:
         os.replace(tmp, path)
 
 
-def _members(c10d: Any, name: str) -> list[int]:
+def _members(name: str) -> list[int]:
     """The global ranks of process group ``name`` (empty where torch does not say)."""
+    c10d: Any = sys.modules.get(C10D_MODULE)
     try:
         for pg, pg_name in list(c10d._world.pg_names.items()):
             if pg_name == name:

@@ -26,6 +26,10 @@ TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
 FAST_EXPORT = {"OTEL_BLRP_SCHEDULE_DELAY": "50", "OTEL_BSP_SCHEDULE_DELAY": "50"}
 
+NCCL_STANDIN = str(Path(__file__).resolve().parent / "nccl_standin")
+"""A ``PYTHONPATH`` entry whose ``sitecustomize`` makes a CPU worker's torch keep its Flight
+Recorder record where a NCCL job's does (see its docstring)."""
+
 
 def use_receiver(monkeypatch: pytest.MonkeyPatch, receiver: OtlpReceiver, **extra: str) -> None:
     """This process's bridges export to ``receiver``, batches every 50 ms."""
