@@ -9,6 +9,7 @@ the rate dropped. Pure standard library. Design: ``docs/worker-output.md``.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from elastic_otel.parsing.worker_reports import FATAL_ERROR_PREFIX, TRACEBACK_HE
 STDOUT = "stdout"
 STDERR = "stderr"
 
+SEVERITY_TRACE = (1, "TRACE")
 SEVERITY_DEBUG = (5, "DEBUG")
 SEVERITY_INFO = (9, "INFO")
 SEVERITY_WARN = (13, "WARN")
@@ -31,22 +33,68 @@ LAST_WORDS_BYTES = 4096
 FAULT_MAX_BYTES = 65536
 """Bytes of a ``faulthandler`` dump kept for the root cause (as read from its fault file)."""
 
-_PYTHON_LEVELS = {
-    "DEBUG": SEVERITY_DEBUG,
-    "INFO": SEVERITY_INFO,
-    "WARNING": SEVERITY_WARN,
-    "ERROR": SEVERITY_ERROR,
-    "CRITICAL": SEVERITY_FATAL,
+_LEVEL_WORDS = {
+    "trace": SEVERITY_TRACE,
+    "trc": SEVERITY_TRACE,
+    "debug": SEVERITY_DEBUG,
+    "dbg": SEVERITY_DEBUG,
+    "d": SEVERITY_DEBUG,
+    "info": SEVERITY_INFO,
+    "inf": SEVERITY_INFO,
+    "information": SEVERITY_INFO,
+    "success": SEVERITY_INFO,
+    "i": SEVERITY_INFO,
+    "warning": SEVERITY_WARN,
+    "warn": SEVERITY_WARN,
+    "wrn": SEVERITY_WARN,
+    "w": SEVERITY_WARN,
+    "error": SEVERITY_ERROR,
+    "err": SEVERITY_ERROR,
+    "e": SEVERITY_ERROR,
+    "critical": SEVERITY_FATAL,
+    "crit": SEVERITY_FATAL,
+    "fatal": SEVERITY_FATAL,
+    "panic": SEVERITY_FATAL,
+    "f": SEVERITY_FATAL,
 }
-_GLOG_LEVELS = {
-    "D": SEVERITY_DEBUG,
-    "I": SEVERITY_INFO,
-    "W": SEVERITY_WARN,
-    "E": SEVERITY_ERROR,
-    "F": SEVERITY_FATAL,
-}
-_PYTHON_LOGGING = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:\s]*:")
-_GLOG = re.compile(r"(?:\[rank\d+\]:)?\[?([DIWEF])\d{4} \d\d:\d\d:\d\d")
+"""Level words (lower case) → severity; which of them count where is the regex's business."""
+_WORD = "TRACE|DEBUG|INFO|SUCCESS|WARNING|WARN|ERROR|CRITICAL|FATAL"
+_VALUE = (
+    "trace|trc|debug|dbg|information|info|inf|warning|warn|wrn|error|err|critical|crit|fatal|panic"
+)
+_KEY = r"level|lvl|severity|severity_?text|log\.level|loglevel|levelname"
+_TIME = r"(?:\d{2,4}[-/.]\d\d[-/.]\d{2,4}[ T])?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
+# Anchored at the line's start and every repeat bounded: a line that matches no format fails
+# within a few hundred steps whatever its length.
+_LINE_LEVEL = re.compile(
+    rf"""(?:\[rank\d+\]:)?                              # torch's rank prefix
+    (?:
+        \[?([DIWEF])\d{{4}}\ \d\d:\d\d:\d\d             # glog: I1126 12:00:00.000 ...
+      | (?:\[?{_TIME}\]?[\ \t]{{0,4}}                   # a timestamp, then ' - ', ' | ' or ' '
+           (?:[-|][\ \t]{{1,4}})?
+           (?:[\w.<>-]{{1,128}}\ [-|]\ )?)?             # and maybe a logger's name: 'name - '
+        (?:
+            ({_WORD})(?=[\s:|]|$)                       # INFO:name:, INFO: , INFO     | , INFO -
+          | \[\ {{0,8}}((?i:{_WORD}))\ {{0,8}}[\]|]     # [INFO|file.py:1], [INFO], [info     ]
+        )
+      | (?:[\w.@-]{{1,64}}=(?:"(?:[^"\\\n]|\\.){{0,512}}"|[^\s"]{{0,512}})[\ \t]{{1,8}}){{0,16}}
+        (?i:{_KEY})="?((?i:{_VALUE}))"?(?=\s|$)         # logfmt: ... level=info
+    )""",
+    re.VERBOSE,
+)
+_JSON_VALUES = frozenset(_VALUE.split("|"))
+_JSON_KEYS = frozenset(
+    (
+        "level",
+        "lvl",
+        "severity",
+        "severity_text",
+        "severitytext",
+        "log.level",
+        "loglevel",
+        "levelname",
+    )
+)
 _CHAIN_SEPARATORS = (
     "During handling of the above exception, another exception occurred:",
     "The above exception was the direct cause of the following exception:",
@@ -71,14 +119,36 @@ class OutputRecord:
 
 
 def line_severity(text: str, stream: str) -> tuple[int, str]:
-    """The level a line carries (Python logging's default format, glog), else the stream's."""
-    match = _PYTHON_LOGGING.match(text)
-    if match:
-        return _PYTHON_LEVELS[match.group(1)]
-    match = _GLOG.match(text)
-    if match:
-        return _GLOG_LEVELS[match.group(1)]
+    """The level the line states where its format puts one (the formats of
+    ``docs/worker-output.md``), else the stream's: WARN on stderr, INFO on stdout."""
+    match = _LINE_LEVEL.match(text)
+    if match is not None:
+        return _LEVEL_WORDS[match.group(match.lastindex or 0).lower()]
+    if text.startswith("{"):
+        severity = _json_severity(text)
+        if severity is not None:
+            return severity
     return SEVERITY_WARN if stream == STDERR else SEVERITY_INFO
+
+
+def _json_severity(text: str) -> tuple[int, str] | None:
+    """The level of a JSON line: the first level key with a string value, at the top or one
+    object down (``{"log": {"level": "info"}}``)."""
+    if not text.rstrip().endswith("}"):
+        return None
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    for objects in ([document], [v for v in document.values() if isinstance(v, dict)]):
+        for obj in objects:
+            for key, value in obj.items():
+                if isinstance(value, str) and key.lower() in _JSON_KEYS:
+                    word = value.lower()
+                    return _LEVEL_WORDS[word] if word in _JSON_VALUES else None
+    return None
 
 
 def decode(data: bytes, cut: bool) -> tuple[str, bool]:

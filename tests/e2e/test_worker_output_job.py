@@ -3,7 +3,8 @@ workers per node) with a real OTLP receiver: each rank's stdout and stderr lines
 records on its own ``worker`` span with its rank and stream; the SIGSEGV of global rank 1,
 whose ``main`` has torch's ``@record``, arrives with the Python stack faulthandler printed on
 its stderr, naming the script's line, and with its last words; a 10 MB line without a newline
-and invalid UTF-8 arrive bounded and flagged. The same job without the bridge prints the same
+and invalid UTF-8 arrive bounded and flagged; an INFO line on stderr in each logging format a
+level is read from (issue 36) arrives as INFO. The same job without the bridge prints the same
 console output, line by line, in the same order per rank and stream.
 """
 
@@ -128,6 +129,23 @@ def test_each_ranks_lines_are_records_on_its_worker_span(job: Job, rank: int) ->
     assert handled["severity_text"] == "ERROR"
     assert handled["body"].endswith(f"ValueError: rank {rank} handled"), handled["body"]
     assert 'output_train.py", line' in handled["body"]
+
+
+FORMATS = ["hf-explicit", "hf-examples", "lightning", "loguru", "logfmt", "json"]
+"""The formats ``output_train.py`` prints an INFO line in (its ``info_in_each_format``)."""
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2, 3])
+def test_an_info_line_in_each_format_is_info(job: Job, rank: int) -> None:
+    found = {}
+    for record in _output(job, rank, "stderr"):
+        match = re.search(r"format ([\w-]+)", record["body"])
+        if match:
+            found[match.group(1)] = (record["severity_text"], record["body"])
+    assert sorted(found) == sorted(FORMATS), found
+    assert {name: text for name, (text, _) in found.items()} == dict.fromkeys(FORMATS, "INFO"), (
+        found
+    )
 
 
 def test_a_segfault_under_record_carries_the_stack_from_stderr(job: Job) -> None:

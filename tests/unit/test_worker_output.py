@@ -3,19 +3,30 @@ tracebacks as one record, the bounds (line cap, rate limit, invalid UTF-8) and l
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 import tracemalloc
+from pathlib import Path
+
+import pytest
 
 from elastic_otel.parsing.worker_output import (
     LAST_WORDS_BYTES,
+    SEVERITY_DEBUG,
     SEVERITY_ERROR,
     SEVERITY_FATAL,
     SEVERITY_INFO,
+    SEVERITY_TRACE,
     SEVERITY_WARN,
     STDERR,
     STDOUT,
     OutputReader,
     RateLimit,
+    line_severity,
 )
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "worker-output.md"
 
 
 def _reader(stream: str = STDERR, line_max: int = 100, rate: float = 0) -> OutputReader:
@@ -47,6 +58,151 @@ def test_levels_in_the_line_win_over_the_stream() -> None:
         SEVERITY_INFO,
         SEVERITY_ERROR,
     ]
+
+
+def _logged(fmt: str, level: int, message: str, datefmt: str | None = None) -> str:
+    """The line Python's logging writes with ``fmt``: the real formatter, a real record."""
+    record = logging.LogRecord("__main__", level, "/x/trainer.py", 2134, message, None, None)
+    return logging.Formatter(fmt, datefmt).format(record)
+
+
+HF_EXPLICIT = "[%(levelname)s|%(filename)s:%(lineno)s] %(asctime)s >> %(message)s"
+"""transformers.utils.logging.enable_explicit_format's."""
+HF_EXAMPLES = "%(asctime)s - %(levelname)s - %(name)s - %(message)s"
+"""The Hugging Face examples' ``logging.basicConfig`` (with ``datefmt="%m/%d/%Y %H:%M:%S"``)."""
+LIGHTNING = "%(levelname)s: %(message)s"
+"""What Lightning's console lines read as (``INFO: GPU available: True (cuda), used: True``)."""
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [logging.BASIC_FORMAT, HF_EXPLICIT, HF_EXAMPLES, LIGHTNING, "%(levelname)-8s %(message)s"],
+)
+@pytest.mark.parametrize(
+    ("level", "severity"),
+    [
+        (logging.DEBUG, SEVERITY_DEBUG),
+        (logging.INFO, SEVERITY_INFO),
+        (logging.WARNING, SEVERITY_WARN),
+        (logging.ERROR, SEVERITY_ERROR),
+        (logging.CRITICAL, SEVERITY_FATAL),
+    ],
+)
+def test_python_logging_formats_keep_their_level(
+    fmt: str, level: int, severity: tuple[int, str]
+) -> None:
+    line = _logged(fmt, level, "GPU available: True (cuda), used: True", "%m/%d/%Y %H:%M:%S")
+    for stream in (STDERR, STDOUT):
+        assert line_severity(line, stream) == severity, line
+
+
+# Lines as the libraries print them (loguru's default format, structlog's ConsoleRenderer, a
+# Go-style logfmt logger, python-json-logger, ECS logging).
+INFO_LINES = [
+    "2024-05-01 12:00:00.123 | INFO     | __main__:main:12 - step 10",
+    "2024-05-01 12:00:00.123 | SUCCESS  | __main__:main:14 - saved",
+    "2024-05-01T12:00:00.123456Z [info     ] epoch done                     epoch=1",
+    'time=2024-05-01T12:00:00Z level=info msg="step 10" loss=0.25',
+    'ts=2024-05-01T12:00:00.000Z caller=train.go:12 msg="an \\"error\\" quoted" lvl=INFO',
+    json.dumps({"time": "2024-05-01T12:00:00Z", "level": "info", "msg": "error: none"}),
+    json.dumps({"message": "step 10", "levelname": "INFO", "name": "train"}),
+    json.dumps({"@timestamp": "2024-05-01T12:00:00Z", "log": {"level": "info"}, "msg": "x"}),
+    json.dumps({"severity": "INFO", "message": "Cloud Logging"}),
+    "[2024-05-01 12:00:00,123] [INFO] [engine.py:1164:_configure_optimizer] Using client Adam",
+    "[rank0]:INFO: seed set to 42",
+]
+
+
+@pytest.mark.parametrize("line", INFO_LINES)
+def test_an_info_line_of_a_structured_format_is_info_on_stderr(line: str) -> None:
+    assert line_severity(line, STDERR) == SEVERITY_INFO
+
+
+@pytest.mark.parametrize(
+    ("line", "severity"),
+    [
+        ("2024-05-01 12:00:00.123 | TRACE    | m:f:1 - x", SEVERITY_TRACE),
+        ("2024-05-01 12:00:00.123 | ERROR    | m:f:1 - x", SEVERITY_ERROR),
+        ("level=DBG msg=x", SEVERITY_DEBUG),
+        ("level=warning msg=x", SEVERITY_WARN),
+        ('level="err" msg=x', SEVERITY_ERROR),
+        ("level=panic msg=x", SEVERITY_FATAL),
+        ('{"lvl": "Critical"}', SEVERITY_FATAL),
+        ('{"SeverityText": "trc"}', SEVERITY_TRACE),
+        ("[ERROR|trainer.py:1] 2024-05-01 12:00:00,123 >> x", SEVERITY_ERROR),
+        ("2024-05-01T12:00:00Z [warning  ] x", SEVERITY_WARN),
+    ],
+)
+def test_other_levels_of_those_formats_on_stdout(line: str, severity: tuple[int, str]) -> None:
+    assert line_severity(line, STDOUT) == severity
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "loss is NaN, error in step 3",
+        "err: 0.3 in step 12",
+        "grad norm info: 3.2",
+        "Error: the dataset is empty",  # a word, not a logger's level
+        "info: loading shards",
+        "RuntimeError: CUDA error: out of memory",
+        "INFORMATION about the run",
+        "step 3 [ERROR rate 0.1]",
+        "a=1 b=2 error=3",
+        "level=3 msg=x",
+        "level=verbose msg=x",
+        '{"level": 3, "msg": "error"}',
+        '{"level": "notice"}',
+        '{"msg": "level=info"}',
+        '{"a": {"b": {"level": "info"}}}',
+        '{"level": "info"',
+        "{not json}",
+        "[1, 2, 3]",
+        "2024-05-01 12:00:00 step 3 ERROR",
+        "\x1b[32mINFO\x1b[0m: coloured",
+    ],
+)
+def test_a_line_that_states_no_level_keeps_the_streams(line: str) -> None:
+    assert line_severity(line, STDERR) == SEVERITY_WARN
+    assert line_severity(line, STDOUT) == SEVERITY_INFO
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "a=" * 8000,
+        'level="' + "\\" * 8000,
+        "2024-05-01 12:00:00" + " " * 16000 + "INFO",
+        "[" * 16000,
+        "{" * 16000 + "}",
+        '{"a":' * 5000 + "1" + "}" * 5000,
+        '{"a": 1' + "0" * 8000 + "}",
+        '{"level": "\\ud800"}',  # a lone surrogate, valid JSON
+        "\ufffd" * 16000,
+    ],
+)
+def test_hostile_lines_keep_the_default_and_never_raise(line: str) -> None:
+    assert line_severity(line, STDERR) == SEVERITY_WARN
+
+
+def _documented_formats() -> list[tuple[str, str, str]]:
+    """docs/worker-output.md's table of formats: (format, line, severity)."""
+    text = DOCS.read_text()
+    table = text[text.index("| format | a line it writes") :].split("\n\n", 1)[0]
+    rows = []
+    for row in table.splitlines()[2:]:
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
+        rows.append((cells[0], cells[1].strip("`").replace("\\|", "|"), cells[2]))
+    return rows
+
+
+def test_the_documented_formats_read_as_documented() -> None:
+    rows = _documented_formats()
+    assert len(rows) >= 15
+    for name, line, severity in rows:
+        for stream, default in ((STDERR, "WARN"), (STDOUT, "INFO")):
+            expected = default if severity == "the stream's" else severity
+            assert line_severity(line, stream)[1] == expected, (name, line, stream)
 
 
 def test_a_chained_traceback_is_one_record() -> None:
