@@ -100,9 +100,11 @@ def report_outcomes(
     oom: bool,
     now_ms: float,
     output: WorkerOutput,
+    collective: dict[int, RecordAttributes] | None = None,
 ) -> None:
     """One record per worker that failed (its kind's state) or, when the group succeeded,
-    returned; the root cause first: the workers that died of it link to its span."""
+    returned; the root cause first: the workers that died of it link to its span. A failed
+    worker's record adds what ``collective`` says of it (its NCCL watchdog's collective)."""
     from torch.distributed.elastic.events import EventSource
 
     workers = sorted(worker_group.workers, key=lambda w: w.global_rank != root_rank)
@@ -130,6 +132,7 @@ def report_outcomes(
                 worker_pid=failure.pid,
             )
             attributes = outcome_attributes(end, kind, root_rank, words, oom)
+            attributes.update((collective or {}).get(worker.global_rank, {}))
             timestamp_ms = end.time_ns // 1_000_000 or int(now_ms)
         elif state == WorkerState.SUCCEEDED and worker.global_rank in returned:
             event = construct(agent, WorkerState.SUCCEEDED.value, EventSource.WORKER, worker)

@@ -31,6 +31,7 @@ from elastic_otel.integration.agent_events import (
     reports_to_handler,
 )
 from elastic_otel.integration.goodput import AgentGoodput, GoodputWatch
+from elastic_otel.integration.nccl_watchdog import nccl_story
 from elastic_otel.integration.oom_kills import oom_kill_count
 from elastic_otel.integration.training_watch import (
     FlightRecorderDumps,
@@ -124,6 +125,13 @@ class AgentObserver:
         now_ms = time.time() * 1000.0
         state = self.state(agent)
         ended = self._worker_ends(state, agent, failures)
+        collective: dict[int, RecordAttributes] = {}
+        if state_name == WorkerState.FAILED:
+            # who timed out in a collective, who never entered it: torch's NCCL watchdog
+            workers = {w.global_rank: w.local_rank for w in worker_group.workers}
+            pids = {r: f.pid for r, f in failures.items() if isinstance(f.pid, int)}
+            pcontext = getattr(agent, "_pcontext", None)
+            ended, collective = nccl_story(pcontext, workers, ended, pids)
         ends = [e for e, _ in ended.values()]
         failed_ns = failure_time_ns(ends)
         if state_name == WorkerState.FAILED and failed_ns is not None:
@@ -145,6 +153,7 @@ class AgentObserver:
             oom,
             now_ms,
             self.output,
+            collective,
         )
 
     def restart_facts(self, agent: Any, worker_group: Any) -> RecordAttributes:

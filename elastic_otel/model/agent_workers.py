@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from elastic_otel.model import collective_timeouts
 from elastic_otel.model.failures import describe, error_type
 from elastic_otel.model.spans import (
     STATUS_ERROR,
@@ -43,6 +44,19 @@ _FAILURE_FACTS = frozenset(
     }
 )
 """What a ``worker.failure`` span repeats of the worker span it stands for."""
+_COLLECTIVE_KEYS = frozenset(
+    {
+        A.STALLED_COLLECTIVE,
+        A.STALLED_COLLECTIVE_NUMBER,
+        A.STALLED_PROCESS_GROUP,
+        A.STALLED_RANKS,
+        A.STALLED_WAITING,
+        A.NCCL_TIMEOUT_S,
+        A.NCCL_ERROR,
+        A.FLIGHT_RECORDER_DUMP,
+    }
+)
+"""What a failed worker's record says of its collective (a watchdog timeout), for its span."""
 _SPAN_KEYS = (
     A.RUN_ID,
     A.RANK,
@@ -244,23 +258,40 @@ class WorkerSpans:
 
 def _failed(span: SpanRecord, ev: ElasticEvent, code: object) -> None:
     """A worker that failed on its own (a root cause, or one torch reported without the
-    instrumentation's classification): ERROR, ``error.type``, what killed it."""
+    instrumentation's classification): ERROR, ``error.type``, what killed it (a collective
+    timeout: which collective, :mod:`elastic_otel.model.collective_timeouts`)."""
     span.record_error(ev)
     err = ev.error
-    span.attributes[A.ERROR_TYPE] = error_type(code, err.type if err is not None else None)
+    span.attributes.update(_collective_facts(ev))
+    collective = collective_timeouts.describe(ev.attributes)
+    span.attributes[A.ERROR_TYPE] = collective_timeouts.error_type(ev.attributes) or error_type(
+        code, err.type if err is not None else None
+    )
     exception = f"{err.type}: {err.message}" if err and err.type else (err.message if err else "")
     oom = ev.attributes.get(A.OOM_KILL) is True
-    if code is not None or exception:
+    if collective:
+        span.status_message = collective
+    elif code is not None or exception:
         span.status_message = describe(code, exception, oom)
 
 
 def _peer_failed(span: SpanRecord, ev: ElasticEvent, failed: SpanRecord | None) -> None:
-    """A victim: its collective failed because a peer died. Not an error of its own."""
+    """A victim: its collective failed because a peer died (or timed out waiting for one that
+    never entered it). Not an error of its own."""
+    span.attributes.update(_collective_facts(ev))
     first_line = (ev.error.message.strip().splitlines() or [""])[0] if ev.error else ""
+    first_line = collective_timeouts.describe(ev.attributes) or first_line
     reason = "its collective failed after a peer died"
+    if ev.attributes.get(A.NCCL_TIMEOUT_S) is not None:
+        reason = "its collective timed out waiting for a peer"
     span.attributes[A.END_REASON] = f"{reason}: {first_line[:200]}" if first_line else reason
     if failed is not None:
         span.links.append(failure_link(failed))
+
+
+def _collective_facts(ev: ElasticEvent) -> SpanAttributes:
+    """The collective and NCCL error a failed worker's record names, for its span."""
+    return {k: v for k, v in ev.attributes.items() if k in _COLLECTIVE_KEYS}
 
 
 def _stopped_by_agent(span: SpanRecord, failed: SpanRecord | None) -> None:

@@ -53,10 +53,15 @@ class WorkerEnd:
     exception_type: str | None = None
     message: str | None = None
     time_ns: int = 0
+    kind: str | None = None
+    """Decided from what its peers show (:mod:`elastic_otel.model.collective_timeouts`: a rank
+    that never entered the collective they timed out in); ``None``: from its own end."""
 
 
 def classify(end: WorkerEnd) -> str:
     """``root_cause``, ``peer_failure`` or ``stopped`` (see the module docstring)."""
+    if end.kind is not None:
+        return end.kind
     if end.stopped_by_agent:
         return A.KIND_STOPPED
     if is_peer_failure(end.exception_type, end.message):

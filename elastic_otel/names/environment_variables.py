@@ -172,6 +172,16 @@ WORKER_REQUESTS_FIFO = "elastic_otel_requests"
 """A FIFO the worker's collectives thread reads: a byte from the agent asks for a dump."""
 WORKER_FLIGHT_RECORDER_FILE = "elastic_otel_flight_recorder.pkl"
 """The worker's whole Flight Recorder record, in torch's pickle format, on the agent's request."""
+TORCH_NCCL_DEBUG_INFO_TEMP_FILE = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+"""torch's: the prefix of the file its NCCL watchdog dumps the Flight Recorder to on a timeout
+(``TORCH_NCCL_DUMP_ON_TIMEOUT``), the global rank appended; the worker start-up points it into
+the worker's directory when the user has not chosen (docs/hangs.md, torch's NCCL watchdog)."""
+TORCH_DUMP_FILE_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", TORCH_NCCL_DEBUG_INFO_TEMP_FILE)
+"""torch's variables for that prefix, the first set winning (``TORCH_FR_DUMP_TEMP_FILE`` in
+recent releases: 2.13's and 2.14.1's libraries read both): the user's choice, left alone."""
+WORKER_NCCL_DUMP_PREFIX = "nccl_trace_rank_"
+"""The prefix the worker start-up gives torch, in the worker's directory (torch's own default
+file name, which is ``/tmp/nccl_trace_rank_`` or ``~/.cache/torch/comm_lib_trace_rank_``)."""
 ELASTIC_OTEL_FLIGHT_RECORDER = "ELASTIC_OTEL_FLIGHT_RECORDER"
 """``false``: workers do not read torch's Flight Recorder (collective progress then comes only
 from the Python collectives the progress record wraps), and no dump is taken."""

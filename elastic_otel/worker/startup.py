@@ -440,6 +440,18 @@ def _watch_collectives(directory: str) -> None:
     collectives.start(directory)
 
 
+def _keep_nccl_dumps(directory: str) -> None:
+    """torch's own Flight Recorder dump on an NCCL watchdog timeout lands in the worker's
+    directory, beside the reports, unless the user chose where (docs/hangs.md, torch's NCCL
+    watchdog). torch reads the variable when it first dumps: it stays in the environment."""
+    from elastic_otel.names import environment_variables as env
+
+    if any(os.environ.get(name) for name in env.TORCH_DUMP_FILE_VARIABLES):
+        return
+    prefix = os.path.join(directory, env.WORKER_NCCL_DUMP_PREFIX)
+    os.environ[env.TORCH_NCCL_DEBUG_INFO_TEMP_FILE] = prefix
+
+
 FEATURES = (
     _record_fatal_signals,
     _record_uncaught_exceptions,
@@ -447,6 +459,7 @@ FEATURES = (
     _dump_stacks_on_signal,
     _record_progress,
     _watch_collectives,
+    _keep_nccl_dumps,
 )
 """What :func:`start` arms in a worker, in order, each on its own: a function of torch's
 error-file directory. The stack signal comes before the progress record, which names it."""
