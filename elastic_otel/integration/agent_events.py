@@ -24,6 +24,7 @@ from elastic_otel.integration.training_watch import FlightRecorderDumps, Watched
 from elastic_otel.integration.worker_output import WorkerOutput, last_output
 from elastic_otel.model.failures import classify
 from elastic_otel.model.goodput import Summary
+from elastic_otel.model.slow_nodes import SlowNode, slow_node_attributes
 from elastic_otel.model.stalls import (
     STALL_EVENT_NAME,
     STALL_STATE,
@@ -198,6 +199,20 @@ def report_straggler(agent: Any, handler: OtelHandler, straggler: Straggler) -> 
         send(handler, event, int(time.time() * 1000), attributes)
     except Exception:  # never the agent's problem
         _logger.debug("elastic-otel: straggler not reported", exc_info=True)
+
+
+def report_slow_node(agent: Any, handler: OtelHandler, slow: SlowNode) -> None:
+    """A slow node as a WARN ``torchelastic.straggler`` record on the node's round (node 0's,
+    which compares the nodes)."""
+    try:
+        from torch.distributed.elastic.events import EventSource
+
+        event = construct(agent, STRAGGLER_STATE, EventSource.AGENT, None)
+        event.name = STRAGGLER_EVENT_NAME
+        attributes: RecordAttributes = {**slow_node_attributes(slow)}
+        send(handler, event, int(time.time() * 1000), attributes)
+    except Exception:  # never the agent's problem
+        _logger.debug("elastic-otel: slow node not reported", exc_info=True)
 
 
 def report_stacks_and_stall(

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from elastic_otel.bridge.handler import OtelHandler
+from elastic_otel.integration import straggler_exchange
 from elastic_otel.integration.agent_events import (
     RecordAttributes,
     RendezvousLiveness,
     report_goodput,
     report_outcomes,
+    report_slow_node,
     report_stacks_and_stall,
     report_straggler,
     reports_to_handler,
@@ -41,6 +43,7 @@ from elastic_otel.integration.training_watch import (
 from elastic_otel.integration.worker_output import WorkerOutput
 from elastic_otel.model.failures import WorkerEnd, root_cause
 from elastic_otel.model.goodput import Summary
+from elastic_otel.model.slow_nodes import SlowNode
 from elastic_otel.model.stalls import TrainingStall
 from elastic_otel.model.stragglers import Straggler
 from elastic_otel.model.worker_outcomes import (
@@ -283,6 +286,15 @@ class AgentObserver:
         def straggler_found(straggler: Straggler) -> None:
             report_straggler(agent, handler, straggler)
 
+        def slow_node_found(slow: SlowNode) -> None:
+            report_slow_node(agent, handler, slow)
+
+        exchange = None
+        if settings.straggler_window_s > 0:
+            exchange = straggler_exchange.for_workers(
+                agent, worker_group, settings.straggler_score, slow_node_found
+            )
+
         self.watch.watch(
             pcontext,
             workers,
@@ -293,4 +305,5 @@ class AgentObserver:
             settings.straggler_window_s,
             settings.straggler_score,
             straggler_found,
+            exchange,
         )

@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import threading
 import time
 import weakref
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from elastic_otel.model.slow_nodes import node_inside
 from elastic_otel.model.stalls import RankProgress, TrainingStall, rank_progress, training_stall
 from elastic_otel.model.stragglers import RankScore, Straggler, StragglerWatch
 from elastic_otel.names.environment_variables import (
@@ -34,6 +36,9 @@ from elastic_otel.parsing.worker_progress import (
     read_progress,
 )
 from elastic_otel.parsing.worker_reports import with_source_lines
+
+if TYPE_CHECKING:
+    from elastic_otel.integration.straggler_exchange import StragglerExchange
 
 _logger = logging.getLogger("elastic_otel")
 
@@ -97,6 +102,8 @@ class _Group:
     window_ns: int = 0  # straggler window (0: no scores)
     window_start_ns: int = 0
     windows_read: dict[int, int] = field(default_factory=dict)  # rank → its arrivals' window
+    exchange: StragglerExchange | None = None  # the slow-node exchange (two nodes or more)
+    windows_closed: int = 0
 
 
 class TrainingWatch:
@@ -124,11 +131,12 @@ class TrainingWatch:
         straggler_window_s: float = 0.0,
         straggler_score: float = 0.0,
         report_straggler: Callable[[Straggler], None] | None = None,
+        exchange: StragglerExchange | None = None,
     ) -> None:
         """Watch the workers torch just started in ``pcontext`` (until it is closed);
         ``observe(now_ns, records)`` is given each reading (the goodput accounting's stalls);
         with a ``straggler_window_s``, the ranks are scored per window and a straggler handed
-        to ``report_straggler``."""
+        to ``report_straggler``, and each window's device times to the slow-node ``exchange``."""
         if after_s <= 0 or not workers:
             return
         for worker in workers:
@@ -142,6 +150,7 @@ class TrainingWatch:
                 group.report_straggler = report_straggler
                 group.window_ns = int(straggler_window_s * 1e9)
                 group.window_start_ns = time.time_ns()
+                group.exchange = exchange
             if self._thread is None:
                 # The workers leave their arrivals once per window: look at least twice as
                 # often, so that none is replaced unread.
@@ -162,6 +171,8 @@ class TrainingWatch:
         if group is None:
             return
         group.done = True
+        if group.exchange is not None:
+            group.exchange.close()
         if reason_is_failure:
             self._take_stacks(group, REASON_BEFORE_STOP, None)
         self._recompute_current()
@@ -204,13 +215,16 @@ class TrainingWatch:
                 and collectives.window_ns != group.windows_read.get(worker.global_rank)
             ):
                 group.windows_read[worker.global_rank] = collectives.window_ns
-                members = {g.name: g.members for g in collectives.groups}
-                group.stragglers.observe(worker.global_rank, collectives.arrivals, members)
+                members = {g.key: g.members for g in collectives.groups}
+                group.stragglers.observe(
+                    worker.global_rank, collectives.arrivals, members, collectives.durations
+                )
         if group.stragglers is not None and now_ns - group.window_start_ns >= group.window_ns:
             group.window_start_ns = now_ns
             straggler = group.stragglers.close_window(w.global_rank for w in group.workers)
             if straggler is not None and group.report_straggler is not None and not group.done:
                 group.report_straggler(straggler)
+            self._publish_inside(group)
         if group.observe is not None:
             group.observe(now_ns, [group.seen[r.global_rank] for r in ranks])
         stall = training_stall(ranks, now_ns, group.after_ns)
@@ -225,6 +239,23 @@ class TrainingWatch:
         if other and now_ns - group.last_stacks_ns >= group.after_ns and not group.done:
             group.last_stacks_ns = now_ns
             self._take_stacks(group, REASON_STALL, None)
+
+    @staticmethod
+    def _publish_inside(group: _Group) -> None:
+        """Hand the window's device times to the slow-node exchange (it never blocks)."""
+        if group.exchange is None or group.stragglers is None or group.done:
+            return
+        group.windows_closed += 1
+        ranks = [w.global_rank for w in group.workers]
+        value = node_inside(
+            group.exchange.node_rank,
+            socket.gethostname(),
+            ranks,
+            group.windows_closed,
+            group.stragglers.inside,
+        )
+        if value is not None:
+            group.exchange.publish(value)
 
     def _take_stacks(self, group: _Group, reason: str, stall: TrainingStall | None) -> None:
         """Signal every worker that armed the stack signal and ask every one that reads its

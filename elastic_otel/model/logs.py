@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from elastic_otel.model.goodput import describe_summary
+from elastic_otel.model.slow_nodes import describe_slow_node
 from elastic_otel.model.stalls import (
     STALL_EVENT_NAME,
     STALL_STATE,
@@ -95,6 +96,8 @@ def body(event: ElasticEvent) -> str:
         return describe_training_stall(event.attributes)
     if event.name == A.GOODPUT_EVENT_NAME:
         return describe_summary(event.attributes)
+    if event.name == STRAGGLER_EVENT_NAME and A.STRAGGLER_NODE in event.attributes:
+        return describe_slow_node(event.attributes)  # a slow node, compared between nodes
     if event.name == STRAGGLER_EVENT_NAME:
         return describe_straggler(event.attributes)
     return event.body

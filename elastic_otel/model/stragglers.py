@@ -1,10 +1,11 @@
 """Stragglers: a rank that keeps its peers waiting at every collective, named while the job runs.
 
-A slow rank makes every peer wait at each collective, and no stall report says so. From when
-each local rank issued each collective (the Flight Recorder's arrivals), :class:`StragglerWatch`
-scores every rank against its fastest local peer, window by window, and names a rank that stays
-clearly the worst of its node for :data:`WINDOWS` windows. Local ranks only: one host's clocks
-agree. Pure: no torch, no SDK, no clock of its own. Design: ``docs/hangs.md`` (Stragglers).
+A slow rank makes every peer wait at each collective, and no stall report says so. From the
+device's time inside each collective where the Flight Recorder times it (NCCL with timing
+events), else from when each local rank issued it, :class:`StragglerWatch` scores every rank
+against its local peers, window by window, and names a rank that stays clearly the worst of its
+node for :data:`WINDOWS` windows. Pure: no torch, no SDK, no clock of its own.
+Design: ``docs/hangs.md`` (Stragglers).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 from elastic_otel.model.spans import SpanAttributes
 from elastic_otel.names import attributes as A
+from elastic_otel.parsing.collectives import group_name
 
 STRAGGLER_EVENT_NAME = "torchelastic.straggler"
 STRAGGLER_STATE = "STRAGGLER"
@@ -27,6 +29,11 @@ MIN_COLLECTIVES = 3
 """Collectives a window needs in a group to score it (fewer: an idle or hung job)."""
 MAX_PENDING = 4096
 """Collectives per group kept waiting for the arrivals of the other local ranks."""
+ISSUED = "issued"
+"""Scored from when each rank issued each collective (its arrival)."""
+INSIDE = "inside"
+"""Scored from the device's time inside each collective (NCCL with timing events): a rank's
+lateness is how much less time it spent inside than the local rank that spent the most."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +47,7 @@ class RankScore:
     waited_share: float  # share of the interval its local peers waited for it
     group: str
     collectives: int  # collectives of the window scored
+    basis: str = "issued"  # ISSUED: from when each rank issued them; INSIDE: from device time
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +60,21 @@ class Straggler:
 
 
 class StragglerWatch:
-    """The arrivals of a node's local ranks, scored window by window."""
+    """The arrivals (and device times, where recorded) of a node's local ranks, scored window
+    by window."""
 
     def __init__(self, threshold: float, windows: int = WINDOWS) -> None:
         self.threshold = threshold
         self.windows = windows
         self.scores: dict[int, RankScore] = {}
         """Each local rank's score over the last window scored (read by the gauges)."""
-        self._arrivals: dict[str, dict[int, dict[int, int]]] = {}  # group → seq → rank → ns
+        self.inside: dict[str, GroupInside] = {}
+        """Per group, its local ranks' device time inside over the last window where the
+        record times collectives (what the node publishes for :mod:`.slow_nodes`)."""
+        self._arrivals = _Pending()  # group → seq → rank → when it issued it (ns)
+        self._durations = _Pending()  # group → seq → rank → ns its device spent inside
         self._members: dict[str, tuple[int, ...]] = {}
-        self._scored: dict[str, int] = {}  # group → the newest sequence number scored
+        self._interval: dict[str, float] = {}  # group → its last interval measured (ns)
         self._candidate: int | None = None
         self._streak = 0
 
@@ -70,44 +83,50 @@ class StragglerWatch:
         global_rank: int,
         arrivals: Iterable[tuple[str, Iterable[tuple[int, int]]]],
         members: Mapping[str, tuple[int, ...]] | None = None,
+        durations: Iterable[tuple[str, Iterable[tuple[int, int]]]] = (),
     ) -> None:
-        """Add a rank's arrivals (per group, (sequence number, ns)); ``members``: each group's
-        global ranks, where known. Arrivals seen before, or of collectives scored, are ignored."""
-        for group, pairs in arrivals:
-            seqs = self._arrivals.setdefault(group, {})
-            scored = self._scored.get(group, 0)
-            for seq, time_ns in pairs:
-                if seq > scored:
-                    seqs.setdefault(seq, {}).setdefault(global_rank, time_ns)
-            if len(seqs) > MAX_PENDING:
-                for seq in sorted(seqs)[: len(seqs) - MAX_PENDING]:
-                    del seqs[seq]
-            if members and members.get(group):
-                self._members[group] = tuple(members[group])
+        """Add a rank's arrivals and device times (per group, (sequence number, ns));
+        ``members``: each group's global ranks, where known. Values seen before, or of
+        collectives scored, are ignored."""
+        self._arrivals.add(global_rank, arrivals)
+        self._durations.add(global_rank, durations)
+        for group, ranks in (members or {}).items():
+            if ranks:
+                self._members[group] = tuple(ranks)
 
     def close_window(self, local_ranks: Iterable[int]) -> Straggler | None:
-        """Score the collectives every local member issued since the last window; the
-        straggler to report now, if any."""
+        """Score the collectives every local member issued (or, where timed, completed) since
+        the last window; the straggler to report now, if any."""
         local = set(local_ranks)
         scores: dict[int, RankScore] = {}
         candidates: list[tuple[RankScore, tuple[int, ...]]] = []
-        for group, seqs in self._arrivals.items():
+        inside: dict[str, GroupInside] = {}
+        for group in sorted(self._arrivals.groups() | self._durations.groups()):
             known = self._members.get(group)
-            ranks = (
-                sorted(local & set(known))
-                if known
-                else sorted({r for by_rank in seqs.values() for r in by_rank} & local)
-            )
-            if len(ranks) < 2:
-                continue
-            complete = sorted(s for s, by_rank in seqs.items() if all(r in by_rank for r in ranks))
-            if not complete:
-                continue
-            rows = [seqs[seq] for seq in complete]
-            self._scored[group] = complete[-1]
-            for seq in [s for s in seqs if s <= complete[-1]]:
-                del seqs[seq]  # scored now, or never complete (a rank's arrivals were lost)
-            group_scores = _score(group, ranks, rows)
+            seen = self._arrivals.ranks(group) | self._durations.ranks(group)
+            ranks = sorted(local & set(known) if known else seen & local)
+            if not ranks or (len(ranks) < 2 and not known):
+                continue  # one rank, and whether it is the only local member is not known
+            rows = self._arrivals.complete(group, ranks)
+            if len(rows) >= MIN_COLLECTIVES:
+                earliest = [min(row[r] for r in ranks) for row in rows]
+                if earliest[-1] > earliest[0]:
+                    self._interval[group] = (earliest[-1] - earliest[0]) / (len(rows) - 1)
+            interval = self._interval.get(group, 0.0)
+            timed = self._durations.complete(group, ranks)
+            group_scores: list[RankScore] = []
+            if len(timed) >= MIN_COLLECTIVES and interval > 0:
+                inside[group] = GroupInside(
+                    collectives=len(timed),
+                    mean_ns={r: sum(row[r] for row in timed) / len(timed) for r in ranks},
+                    interval_ns=interval,
+                )
+                # Less time inside is a later arrival: the same score, on device time.
+                flipped = [{r: -ns for r, ns in row.items()} for row in timed]
+                if len(ranks) >= 2:
+                    group_scores = _score(group, ranks, flipped, interval, INSIDE)
+            elif len(ranks) >= 2 and len(rows) >= MIN_COLLECTIVES and interval > 0:
+                group_scores = _score(group, ranks, rows, interval, ISSUED)
             if not group_scores:
                 continue
             for score in group_scores:
@@ -120,6 +139,7 @@ class StragglerWatch:
                 worst.lateness_s >= DOMINANCE * p.lateness_s for p in peers
             ):
                 candidates.append((worst, tuple(p.global_rank for p in peers)))
+        self.inside = inside
         if not scores:  # nothing to score (an idle or hung job, arrivals yet to come): no evidence
             return None
         self.scores = scores
@@ -135,15 +155,60 @@ class StragglerWatch:
         return Straggler(worst, waiting, self._streak) if due else None
 
 
-def _score(group: str, ranks: list[int], rows: list[dict[int, int]]) -> list[RankScore]:
-    """Each rank's score over ``rows`` (one per collective, in order: rank → arrival ns)."""
-    if len(rows) < MIN_COLLECTIVES:
-        return []
-    earliest = [min(row[r] for r in ranks) for row in rows]
-    interval = (earliest[-1] - earliest[0]) / (len(rows) - 1)
-    if interval <= 0:
-        return []
+@dataclass(frozen=True, slots=True)
+class GroupInside:
+    """A node's local ranks' device time inside one group's collectives over a window."""
+
+    collectives: int  # collectives every local member completed, timed
+    mean_ns: dict[int, float]  # global rank → its mean ns inside per collective
+    interval_ns: float  # mean ns between consecutive collectives of the group
+
+
+class _Pending:
+    """Per group, per collective (sequence number), each rank's value, until scored."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, dict[int, dict[int, int]]] = {}
+        self._scored: dict[str, int] = {}  # group → the newest sequence number scored
+
+    def add(self, rank: int, by_group: Iterable[tuple[str, Iterable[tuple[int, int]]]]) -> None:
+        for group, pairs in by_group:
+            seqs = self._values.setdefault(group, {})
+            scored = self._scored.get(group, 0)
+            for seq, value in pairs:
+                if seq > scored:
+                    seqs.setdefault(seq, {}).setdefault(rank, value)
+            if len(seqs) > MAX_PENDING:
+                for seq in sorted(seqs)[: len(seqs) - MAX_PENDING]:
+                    del seqs[seq]
+
+    def groups(self) -> set[str]:
+        return set(self._values)
+
+    def ranks(self, group: str) -> set[int]:
+        return {r for by_rank in self._values.get(group, {}).values() for r in by_rank}
+
+    def complete(self, group: str, ranks: list[int]) -> list[dict[int, int]]:
+        """The rows (in order) every one of ``ranks`` has a value in, taken out; rows older
+        than the newest of them never will be (a rank's values were lost): dropped."""
+        seqs = self._values.get(group, {})
+        complete = sorted(s for s, by_rank in seqs.items() if all(r in by_rank for r in ranks))
+        if not complete:
+            return []
+        rows = [seqs[seq] for seq in complete]
+        self._scored[group] = complete[-1]
+        for seq in [s for s in seqs if s <= complete[-1]]:
+            del seqs[seq]
+        return rows
+
+
+def _score(
+    group: str, ranks: list[int], rows: list[dict[int, int]], interval: float, basis: str
+) -> list[RankScore]:
+    """Each rank's score over ``rows`` (one per collective: rank → arrival, ns; or minus its
+    time inside, which orders the ranks the same way) against ``interval`` (ns)."""
     out = []
+    earliest = [min(row[r] for r in ranks) for row in rows]
     for rank in ranks:
         late = sum(row[rank] - first for row, first in zip(rows, earliest, strict=True))
         waited = sum(
@@ -160,6 +225,7 @@ def _score(group: str, ranks: list[int], rows: list[dict[int, int]]) -> list[Ran
                 waited_share=min(waited / len(rows) / interval, 1.0),
                 group=group,
                 collectives=len(rows),
+                basis=basis,
             )
         )
     return out
@@ -176,7 +242,8 @@ def straggler_attributes(straggler: Straggler) -> SpanAttributes:
         A.STRAGGLER_WAITED_SHARE: round(rank.waited_share, 3),
         A.STRAGGLER_WAITING: straggler.waiting,
         A.STRAGGLER_WINDOWS: straggler.windows,
-        A.STRAGGLER_PROCESS_GROUP: rank.group,
+        A.STRAGGLER_PROCESS_GROUP: group_name(rank.group),
+        A.STRAGGLER_BASIS: rank.basis,
     }
 
 
@@ -194,10 +261,16 @@ def describe_straggler(attributes: SpanAttributes) -> str:
     if isinstance(lateness, int | float) and isinstance(interval, int | float):
         group = attributes.get(A.STRAGGLER_PROCESS_GROUP)
         of = f" of process group {group}" if group is not None else ""
-        text += (
-            f"; it issues each collective{of} {lateness:.3f} s after its fastest local peer"
-            f" (every {interval:.3f} s)"
-        )
+        if attributes.get(A.STRAGGLER_BASIS) == INSIDE:
+            text += (
+                f"; its device spends {lateness:.3f} s less inside each collective{of} than"
+                f" its local peer that spends the most (one every {interval:.3f} s)"
+            )
+        else:
+            text += (
+                f"; it issues each collective{of} {lateness:.3f} s after its fastest local peer"
+                f" (every {interval:.3f} s)"
+            )
     waiting = attributes.get(A.STRAGGLER_WAITING)
     share = attributes.get(A.STRAGGLER_WAITED_SHARE)
     if isinstance(waiting, tuple | list) and waiting and isinstance(share, int | float):

@@ -103,6 +103,18 @@ STRAGGLER_WINDOWS: Final = "torchelastic.straggler.windows"
 """Consecutive windows it has been the node's straggler."""
 STRAGGLER_PROCESS_GROUP: Final = "torchelastic.straggler.process_group"
 """The process group its lateness was measured in (torch's group name; ``0``: the default)."""
+STRAGGLER_BASIS: Final = "torchelastic.straggler.basis"
+"""On a straggler report: what it was scored from, ``issued`` (when each rank issued each
+collective) or ``inside`` (the device's time inside each one: NCCL with timing events)."""
+STRAGGLER_NODE: Final = "torchelastic.straggler.node"
+"""On a slow-node report: the host name of the node whose every rank keeps the other nodes
+waiting."""
+STRAGGLER_NODE_RANK: Final = "torchelastic.straggler.node_rank"
+"""On a slow-node report: that node's rank in the round (torchrun's group rank)."""
+STRAGGLER_NODE_RANKS: Final = "torchelastic.straggler.node_ranks"
+"""On a slow-node report: that node's global ranks."""
+STRAGGLER_WAITING_NODES: Final = "torchelastic.straggler.waiting_nodes"
+"""On a slow-node report: the node ranks of the nodes compared with it, which wait for it."""
 METRIC_STRAGGLER_SCORE: Final = STRAGGLER_SCORE
 METRIC_STRAGGLER_LATENESS: Final = STRAGGLER_LATENESS
 STALLED_SILENT_NODES: Final = "torchelastic.stalled.silent_nodes"

@@ -6,10 +6,9 @@ atomically) whenever what it read changed: for each process group of each backen
 (gloo's, NCCL's), the sequence numbers of the last collective issued, started on the device
 (where the record tracks it) and completed, its members (global ranks), and for a collective
 that stayed open a while its op, sizes and state; once per straggler window, when this rank
-issued each collective since the last window (its arrivals, per process group, which the agent's
-straggler scores compare). Whoever issued the collective (the Python API, DDP's reducer,
-functional collectives, a compiled graph) torch records it there. Pure: no torch, no clock of
-its own.
+issued each collective since the last one and, where the record times them, its device's time
+inside each one completed (for the agent's straggler scores). Whoever issued the collective
+(the Python API, DDP's reducer, a compiled graph) torch records it there. Pure: no torch.
 """
 
 from __future__ import annotations
@@ -109,6 +108,10 @@ class CollectiveProgress:
     """Per process group, (sequence number, when this rank issued it, ns) of the collectives
     issued in the last straggler window (the newest :data:`MAX_ARRIVALS` of each)."""
     window_ns: int = 0  # when the worker read those arrivals (0: never)
+    durations: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = ()
+    """Per process group, (sequence number, ns its device spent inside it) of the collectives
+    completed since the last window, where the record times them (NCCL with timing events;
+    the newest :data:`MAX_ARRIVALS` of each; absent from older files)."""
 
     def open_group(self) -> GroupProgress | None:
         """The group whose collective the worker is in: the open one issued last (a worker
@@ -158,14 +161,35 @@ def parse_collectives(data: object) -> CollectiveProgress | None:
             progress_ns=int(data["progress_ns"]),
             groups=groups,
             dumps=int(data.get("dumps") or 0),
-            arrivals=tuple(
-                (str(name), tuple((int(seq), int(t)) for seq, t in pairs[-MAX_ARRIVALS:]))
-                for name, pairs in (data.get("arrivals") or {}).items()
-            ),
+            arrivals=_pairs(data.get("arrivals")),
             window_ns=int(data.get("window_ns") or 0),
+            durations=_pairs(data.get("durations")),
         )
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
+
+
+def _pairs(data: object) -> tuple[tuple[str, tuple[tuple[int, int], ...]], ...]:
+    """Per group key, its (sequence number, ns) pairs, the newest :data:`MAX_ARRIVALS`."""
+    if not data:
+        return ()
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+    return tuple(
+        (str(name), tuple((int(seq), int(t)) for seq, t in pairs[-MAX_ARRIVALS:]))
+        for name, pairs in data.items()
+    )
+
+
+def device_ns(entry: dict[str, object]) -> int | None:
+    """The ns a completed collective spent inside on its device (``duration_ms``: from CUDA
+    timing events, NCCL with ``TORCH_NCCL_ENABLE_TIMING=1``); ``None`` where not timed."""
+    duration = entry.get("duration_ms")
+    if entry.get("state") != "completed" or isinstance(duration, bool):
+        return None
+    if not isinstance(duration, int | float) or not 0 <= duration < 1e9:  # NaN fails too
+        return None
+    return round(duration * 1e6)
 
 
 def dump_path(path: str, backend: str) -> str:

@@ -19,6 +19,8 @@ from elastic_otel.cli.timeline.render.chart import timeline_data
 from elastic_otel.cli.timeline.render.html import render_html
 from elastic_otel.cli.timeline.render.text import render_text
 from elastic_otel.model.stragglers import (
+    INSIDE,
+    ISSUED,
     STRAGGLER_EVENT_NAME,
     STRAGGLER_STATE,
     RankScore,
@@ -55,13 +57,20 @@ class Job(RecordedJob):
                 )  # fmt: skip
 
     def straggler(
-        self, node: str, at_ms: int, rank: int, score: float, windows: int, share: float = 0.98
+        self,
+        node: str,
+        at_ms: int,
+        rank: int,
+        score: float,
+        windows: int,
+        share: float = 0.98,
+        basis: str = ISSUED,
     ) -> None:
         """A report as the agent's hook builds it (a torch ``Event``), parsed by the bridge."""
         from torch.distributed.elastic.events.api import Event, EventSource
 
         waiting = tuple(r for r in RANKS[node] if r != rank)
-        scored = RankScore(rank, score, 0.3, 0.306, share, "0", 20)
+        scored = RankScore(rank, score, 0.3, 0.306, share, "nccl:0", 20, basis)
         facts = {
             k.removeprefix(A.NS): v
             for k, v in straggler_attributes(Straggler(scored, waiting, windows)).items()
@@ -134,6 +143,20 @@ def test_text_names_the_straggler_and_the_node_that_named_none(tmp_path: Path) -
         "    no straggler named by node-b pid 200",
     ]
     assert "ERRORS" not in text  # a straggler is a warning, not an error
+
+
+def test_a_report_scored_from_device_time_says_so(tmp_path: Path) -> None:
+    """A GPU job with timing events: the same report, scored from the device's time inside."""
+    job = Job()
+    job.straggler("a", 11_500, 1, 0.02, 3, basis=INSIDE)
+    timeline = load(tmp_path, job)
+    [straggler] = timeline.runs[0].stragglers
+    assert straggler.latest.basis == INSIDE and straggler.latest.group == "0"
+    assert (
+        "STRAGGLER global rank 1 on node-a pid 100: score 0.02 over 3 windows; its device 0.300 s"
+        " less inside each collective of process group 0 than its local peer that spends the"
+        " most (one every 0.306 s)"
+    ) in render_text(timeline)
 
 
 def test_each_spell_and_each_node_is_its_own(tmp_path: Path) -> None:

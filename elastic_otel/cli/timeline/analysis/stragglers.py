@@ -29,6 +29,7 @@ class StragglerReport:
     waiting: tuple[int, ...] = ()  # its local peers
     windows: int | None = None  # consecutive windows it has been the node's straggler
     group: str = ""  # the process group
+    basis: str = ""  # "issued" (arrivals) or "inside" (device time); "": older records
     run_id: str = ""
     trace_id: str = ""
 
@@ -118,6 +119,7 @@ def _straggler_report(record: Item, node_of: Callable[[Item], str]) -> Straggler
         waiting=as_ranks(attrs.get(A.STRAGGLER_WAITING)),
         windows=as_int(attrs.get(A.STRAGGLER_WINDOWS)),
         group=str(attrs.get(A.STRAGGLER_PROCESS_GROUP, "") or ""),
+        basis=str(attrs.get(A.STRAGGLER_BASIS, "") or ""),
         run_id=str(attrs.get(A.RUN_ID, "") or ""),
         trace_id=str(record.get("trace_id", "") or ""),
     )

@@ -7,6 +7,7 @@ from elastic_otel.cli.timeline.analysis.stalls import Stall, StallReport
 from elastic_otel.cli.timeline.analysis.stragglers import StragglerSpell
 from elastic_otel.cli.timeline.render.phrases import Rel, global_ranks, ranks_text
 from elastic_otel.model.stalls import TRAINING
+from elastic_otel.model.stragglers import INSIDE
 
 
 def stall_what(stall: Stall) -> str:
@@ -106,9 +107,15 @@ def straggler_line(straggler: StragglerSpell) -> str:
     if r.lateness_s is not None:
         of = f" of process group {r.group}" if r.group else ""
         every = f" (one every {r.interval_s:.3f} s)" if r.interval_s is not None else ""
-        parts.append(
-            f"each collective{of} {r.lateness_s:.3f} s after its fastest local peer{every}"
-        )
+        if r.basis == INSIDE:
+            parts.append(
+                f"its device {r.lateness_s:.3f} s less inside each collective{of} than its"
+                f" local peer that spends the most{every}"
+            )
+        else:
+            parts.append(
+                f"each collective{of} {r.lateness_s:.3f} s after its fastest local peer{every}"
+            )
     waiting = straggler.waiting
     if waiting and r.waited_share is not None:
         verb = "waits" if len(waiting) == 1 else "wait"
