@@ -4,67 +4,27 @@ build in a NCCL job does (the record only through NCCL's dump functions: the sta
 ``tests/support/nccl_standin``).
 
 The recorded dumps (``tests/data/nccl-flight-recorder/``, its README says how they were made)
-are served by :class:`RecordedExtension`, which answers the two NCCL dump functions with the
-bytes torch returned there: the JSON as recorded, the pickle of the same record.
+are served by ``tests/support/recorded_nccl``, which answers the two NCCL dump functions with
+the bytes torch returned there: the JSON as recorded, the pickle of the same record.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from elastic_otel.model.stalls import describe_training_stall, rank_progress, training_stall
 from elastic_otel.names import attributes as A
 from elastic_otel.parsing.collectives import SCHEDULED, read_collectives
 from elastic_otel.parsing.worker_progress import WorkerProgress
-from elastic_otel.worker.collectives import CollectivesWatch
-from elastic_otel.worker.records.gloo import GlooRecord
-from elastic_otel.worker.records.nccl import NcclRecord
 from tests.support.jobs import NCCL_STANDIN
+from tests.support.recorded_nccl import FIXTURES, recorded, watch_of
 
-FIXTURES = Path(__file__).resolve().parents[1] / "data" / "nccl-flight-recorder"
 S = 1_000_000_000
-
-
-class RecordedExtension:
-    """torch's NCCL dump functions, answering with a record an H100 returned."""
-
-    def __init__(self, record: dict[str, Any]) -> None:
-        self.record = record
-
-    def _view(self, include_collectives: bool | None) -> dict[str, Any]:
-        if include_collectives is False:
-            return {k: v for k, v in self.record.items() if k != "entries"}
-        return self.record
-
-    def _dump_nccl_trace_json(
-        self, includeCollectives: bool | None = None, onlyActive: bool | None = None
-    ) -> bytes:
-        return json.dumps(self._view(includeCollectives)).encode()
-
-    def _dump_nccl_trace(
-        self,
-        includeCollectives: bool | None = None,
-        includeStackTraces: bool | None = None,
-        onlyActive: bool | None = None,
-    ) -> bytes:
-        return pickle.dumps(self._view(includeCollectives))
-
-
-def recorded(name: str) -> dict[str, Any]:
-    return json.loads((FIXTURES / name).read_text())
-
-
-def watch_of(record: dict[str, Any], directory: Path) -> CollectivesWatch:
-    reader = NcclRecord(RecordedExtension(record))
-    assert reader.available and not GlooRecord(RecordedExtension(record)).available
-    return CollectivesWatch(str(directory), 1.0, identify_after_s=1.0, records=[reader])
 
 
 def progress() -> WorkerProgress:

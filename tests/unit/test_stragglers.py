@@ -36,7 +36,7 @@ from elastic_otel.model.stragglers import (
 )
 from elastic_otel.names import attributes as A
 from elastic_otel.parsing.collectives import device_ns, parse_collectives, read_collectives
-from tests.unit.test_nccl_record import recorded, watch_of
+from tests.support.recorded_nccl import recorded, watch_of
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "nccl-flight-recorder"
 
