@@ -9,9 +9,10 @@ to show progress, one line per event that matters (each worker's end once: the b
 it when the agent's monitor sees it, torch again after the exit barrier, on the same span), and
 prints the job's timeline at the end.
 
-Every process the job starts is stopped when the demo ends, also on Ctrl-C or a timeout:
-the agents run in their own process groups, and their descendants (torch starts each
-worker in a session of its own) are tracked while the job runs.
+Every process the job starts is stopped when the demo ends, also on Ctrl-C (a second one
+included), SIGTERM or a timeout: the agents run in their own process groups, their descendants
+(torch starts each worker in a session of its own) are tracked while the job runs, and the
+signals only ask the loop to stop (:class:`StopRequests`), never cut the stop short.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -255,22 +255,38 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         pass
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """A SIGTERM to the demo cleans up like Ctrl-C does."""
+class StopRequests:
+    """While the job runs and while it is stopped, Ctrl-C and SIGTERM only ask to stop.
 
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+    Python turns Ctrl-C into a ``KeyboardInterrupt`` raised wherever the demo happens to be;
+    one raised while the job is being stopped (a second Ctrl-C, or the first one landing as the
+    job ends) would cut the stop short and leave processes running. Here a signal sets
+    :attr:`requested`, the demo's loop sees it within a poll, stops the job and then raises
+    ``KeyboardInterrupt`` itself. A SIGINT the demo was started with ignored (a shell's
+    background job) stays ignored."""
 
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def __enter__(self) -> StopRequests:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            current = signal.getsignal(number)
+            if number == signal.SIGINT and current is not signal.default_int_handler:
+                continue  # ignored, or someone else's: theirs
+            try:
+                self._previous[number] = signal.signal(number, self._handler)
+            except ValueError:  # not the main thread: leave signals alone
+                break
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
+        self._previous.clear()
 
 
 # --- progress -------------------------------------------------------------------------------
@@ -466,12 +482,12 @@ def _run_job(
     agents: list[DemoAgent] = []
     follower = ProgressFollower(cfg.out, {})
     timed_out = False
-    try:
-        with sigterm_as_interrupt():
+    with StopRequests() as stop:
+        try:
             agents = start_agents(cfg, workdir, run_id, port)
             follower.agent_pids = {a.pid: a.index for a in agents}
             deadline = time.monotonic() + cfg.timeout_s
-            while any(a.proc.poll() is None for a in agents):
+            while not stop.requested and any(a.proc.poll() is None for a in agents):
                 tracker.scan([a.pid for a in agents])
                 for message in follower.poll():
                     status.say(message)
@@ -480,9 +496,11 @@ def _run_job(
                     break
                 status.tick()
                 time.sleep(0.2)
-    finally:
-        status.clear()
-        stop_processes(agents, tracker)
+        finally:
+            status.clear()
+            stop_processes(agents, tracker)
+    if stop.requested:
+        raise KeyboardInterrupt
     for message in follower.poll():
         status.say(message)
     codes = [a.proc.returncode for a in agents]
