@@ -47,6 +47,7 @@ from elastic_otel.names.environment_variables import (
     ELASTIC_OTEL_RETRY_QUEUE_SIZE,
     ELASTIC_OTEL_ROUND_TRACE_MAX_NODES,
     ELASTIC_OTEL_STALL_AFTER,
+    ELASTIC_OTEL_STALL_EXCHANGE,
     ELASTIC_OTEL_STRAGGLER_SCORE,
     ELASTIC_OTEL_STRAGGLER_WINDOW,
     ELASTIC_OTEL_TRACES,
@@ -101,6 +102,9 @@ class Settings:
     """``ELASTIC_OTEL_WORKER_STARTUP``: the worker-side start-up the instrumented agent arranges."""
     goodput: bool = True
     """``ELASTIC_OTEL_GOODPUT``: the agent's goodput accounting (summary records, metrics)."""
+    stall_exchange: bool = True
+    """``ELASTIC_OTEL_STALL_EXCHANGE``: stalled nodes share who is late through the round's
+    store."""
     worker_output: str = DEFAULT_WORKER_OUTPUT
     """``ELASTIC_OTEL_WORKER_OUTPUT``: the workers' streams that become log records
     (``stderr``, ``stdout``, ``all``, ``none``; :attr:`worker_output_streams`)."""
@@ -144,6 +148,7 @@ class Settings:
             raw_limit=env_int(ELASTIC_OTEL_RAW_LIMIT, DEFAULT_RAW_LIMIT),
             worker_startup=env_flag(ELASTIC_OTEL_WORKER_STARTUP, True),
             goodput=env_flag(ELASTIC_OTEL_GOODPUT, True),
+            stall_exchange=env_flag(ELASTIC_OTEL_STALL_EXCHANGE, True),
             worker_output=env_worker_output(),
             worker_output_rate=env_float(
                 ELASTIC_OTEL_WORKER_OUTPUT_RATE, DEFAULT_WORKER_OUTPUT_RATE

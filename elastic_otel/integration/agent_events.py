@@ -250,9 +250,12 @@ def report_stacks_and_stall(
     facts: RecordAttributes = {
         A.STALLED_IN: TRAINING,
         A.STALLED_SECONDS: round(stall.seconds, 3),
-        A.STALLED_RANKS: stall.waited_for,
+        A.STALLED_RANKS: stall.waited_for or stall.remote,
         A.STALLED_WAITING: stall.waiting,
     }
+    if stall.remote:  # named by the nodes that have them (the stall exchange)
+        facts[A.STALLED_REMOTE_HOST] = ", ".join(stall.remote_hosts)
+        facts[A.STALLED_REMOTE_PIDS] = stall.remote_pids
     if stall.collective:
         facts[A.STALLED_COLLECTIVE] = stall.collective
         facts[A.STALLED_COLLECTIVE_NUMBER] = stall.number
@@ -266,7 +269,7 @@ def report_stacks_and_stall(
     facts.update(dump_facts)
     if liveness is not None:
         facts.update(silence_attributes(liveness.silent_nodes()))
-    first = frames.get(stall.waited_for[0]) if stall.waited_for else None
+    first = frames.get(stall.waited_for[0]) if stall.waited_for else stall.remote_frame
     if first:
         facts[A.STACK_FRAME] = first
     send(handler, event, now_ms, facts)

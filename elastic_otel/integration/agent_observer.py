@@ -306,4 +306,5 @@ class AgentObserver:
             settings.straggler_score,
             straggler_found,
             exchange,
+            store=getattr(worker_group, "store", None) if settings.stall_exchange else None,
         )

@@ -20,6 +20,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from elastic_otel.integration.stall_exchange import StallExchange
 from elastic_otel.model.slow_nodes import node_inside
 from elastic_otel.model.stalls import RankProgress, TrainingStall, rank_progress, training_stall
 from elastic_otel.model.stragglers import RankScore, Straggler, StragglerWatch
@@ -35,7 +36,7 @@ from elastic_otel.parsing.worker_progress import (
     read_new_stacks,
     read_progress,
 )
-from elastic_otel.parsing.worker_reports import with_source_lines
+from elastic_otel.parsing.worker_reports import main_thread_frame, with_source_lines
 
 if TYPE_CHECKING:
     from elastic_otel.integration.straggler_exchange import StragglerExchange
@@ -92,6 +93,8 @@ class _Group:
     after_ns: int
     current_stalls: Callable[[], dict[str, float]]
     last_training_ns: int = 0  # when a training stall was last reported (0: none under way)
+    named: bool = False  # that report named the ranks waited for (here or on another node)
+    stall_exchange: StallExchange | None = None  # the stall told to other nodes, and theirs
     last_stacks_ns: int = 0  # when stacks were last taken for another stall
     stalled_s: float = 0.0  # how long its training stall has lasted (0: none)
     done: bool = False
@@ -132,11 +135,14 @@ class TrainingWatch:
         straggler_score: float = 0.0,
         report_straggler: Callable[[Straggler], None] | None = None,
         exchange: StragglerExchange | None = None,
+        store: Any = None,
     ) -> None:
         """Watch the workers torch just started in ``pcontext`` (until it is closed);
         ``observe(now_ns, records)`` is given each reading (the goodput accounting's stalls);
         with a ``straggler_window_s``, the ranks are scored per window and a straggler handed
-        to ``report_straggler``, and each window's device times to the slow-node ``exchange``."""
+        to ``report_straggler``, and each window's device times to the slow-node ``exchange``;
+        with the round's ``store``, a training stall is shared with the other nodes
+        (:mod:`elastic_otel.integration.stall_exchange`)."""
         if after_s <= 0 or not workers:
             return
         for worker in workers:
@@ -145,6 +151,8 @@ class TrainingWatch:
             group = self._groups[pcontext] = _Group(
                 workers, report, int(after_s * 1e9), current_stalls, observe=observe
             )
+            if store is not None:
+                group.stall_exchange = StallExchange(store, self._wake.set)
             if straggler_window_s > 0:
                 group.stragglers = StragglerWatch(straggler_score)
                 group.report_straggler = report_straggler
@@ -173,6 +181,8 @@ class TrainingWatch:
         group.done = True
         if group.exchange is not None:
             group.exchange.close()
+        if group.stall_exchange is not None:
+            group.stall_exchange.close()
         if reason_is_failure:
             self._take_stacks(group, REASON_BEFORE_STOP, None)
         self._recompute_current()
@@ -228,12 +238,23 @@ class TrainingWatch:
         if group.observe is not None:
             group.observe(now_ns, [group.seen[r.global_rank] for r in ranks])
         stall = training_stall(ranks, now_ns, group.after_ns)
+        if stall is not None and group.stall_exchange is not None:
+            stall = group.stall_exchange.exchanged(stall, ranks)
         group.stalled_s = stall.seconds if stall is not None else 0.0
+        named = stall is not None and bool(stall.waited_for or stall.remote)
         if stall is None:
             group.last_training_ns = 0
-        elif now_ns - group.last_training_ns >= group.after_ns and not group.done:
-            group.last_training_ns = now_ns
-            self._take_stacks(group, REASON_TRAINING, stall)
+        elif not group.done and (
+            (due := now_ns - group.last_training_ns >= group.after_ns)
+            or (named and not group.named)
+        ):
+            # Named by another node after this node's report (or, in no collective, told the
+            # collective its ranks never issued): said now, once, not an interval later.
+            group.last_training_ns, group.named = now_ns, named
+            if due or stall.waited_for:
+                self._take_stacks(group, REASON_TRAINING, stall)
+            else:
+                group.report(REASON_TRAINING, [], stall, None)  # its stacks were just taken
             return
         other = any(seconds > 0 for seconds in group.current_stalls().values())
         if other and now_ns - group.last_stacks_ns >= group.after_ns and not group.done:
@@ -312,6 +333,9 @@ class TrainingWatch:
             if w.global_rank in found
         ]
         dumps = _gather_dumps(group.workers, dumped, set(dumps_asked) - dumped, reason)
+        if stall is not None and stall.waited_for and group.stall_exchange is not None:
+            frame = main_thread_frame(found.get(stall.waited_for[0], "")) or ""
+            group.stall_exchange.publish(stall, frame)
         group.report(reason, stacks, stall, dumps)
 
     def _recompute_current(self) -> None:

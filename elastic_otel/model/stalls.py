@@ -136,8 +136,14 @@ class TrainingStall:
     number: int  # which collective that is (1: the first; of ``group`` when there is one)
     group: str | None = None  # its process group, where the Flight Recorder says
     backend: str = ""  # the record that says so ("gloo", "nccl")
-    not_reached: tuple[int, ...] = ()  # of ``waited_for``: issued it, the device has not started it
+    not_reached: tuple[int, ...] = ()  # of the ranks waited for: issued it, device not started
     state_known: bool = False  # the record tracks the device's start (NCCL with timing)
+    # Named by other nodes through the round's store (model/stall_exchange.py): the ranks
+    # waited for there, their nodes (host, agent pid) and the first one's innermost frame.
+    remote: tuple[int, ...] = ()
+    remote_hosts: tuple[str, ...] = ()
+    remote_pids: tuple[int, ...] = ()
+    remote_frame: str = ""
 
 
 def rank_progress(
@@ -369,15 +375,19 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     late = _as_ranks(attributes.get(A.STALLED_NOT_REACHED))
     never = [r for r in _as_ranks(ranks) if r not in late]
     frame = attributes.get(A.STACK_FRAME)
+    if collective and not waiting and ranks and group is not None:
+        text += f": ranks on other nodes wait in {which}"  # and this node has the late ranks
+    where = _remote_text(attributes)
     parts = []
     if never or (ranks and not late):
         named = _rank_text(tuple(never)) if never else _rank_text(ranks)
-        part = f"global rank {named}" + (f" (in {frame})" if frame else "")
+        part = f"global rank {named}" + where + (f" (in {frame})" if frame else "")
         if group is not None and collective:
             part += ", which never issued it" if backend == "nccl" else ", which never entered it"
         parts.append(part)
     if late:
-        part = f"global rank {_rank_text(late)}" + (f" (in {frame})" if frame and not never else "")
+        part = f"global rank {_rank_text(late)}" + where
+        part += f" (in {frame})" if frame and not never else ""
         part += ", whose GPU has not reached it (scheduled: its own compute is slow or stuck)"
         parts.append(part)
     if parts:
@@ -396,6 +406,18 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     if unanswered:
         text += f"; no Flight Recorder dump from global rank {unanswered} (holding the GIL?)"
     return text
+
+
+def _remote_text(attributes: SpanAttributes) -> str:
+    """`` on host-a pid 4700`` for ranks another node named (``""`` for local ones)."""
+    hosts = attributes.get(A.STALLED_REMOTE_HOST)
+    if not isinstance(hosts, str) or not hosts:
+        return ""
+    pids = _as_ranks(attributes.get(A.STALLED_REMOTE_PIDS))
+    names = hosts.split(", ")
+    if len(pids) == len(names):
+        names = [f"{host} pid {pid}" for host, pid in zip(names, pids, strict=True)]
+    return " on " + ", ".join(names)
 
 
 def _as_ranks(value: object) -> tuple[int, ...]:

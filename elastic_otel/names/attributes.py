@@ -64,8 +64,9 @@ STALLED_IN: Final = "torchelastic.stalled.in"
 """What a stalled node waits in: ``rendezvous.join``, ``exit_barrier``, ``stop_workers``."""
 STALLED_SECONDS: Final = "torchelastic.stalled.seconds"
 STALLED_RANKS: Final = "torchelastic.stalled.ranks"
-"""On a training stall: the global ranks the others wait for, as the node sees them (an int
-array; absent when they are on other nodes)."""
+"""On a training stall: the global ranks the others wait for, as the node sees them or, when
+they are on other nodes, as those nodes said (``torchelastic.stalled.remote_host``; an int
+array; absent when nobody named them)."""
 STALLED_WAITING: Final = "torchelastic.stalled.waiting"
 """On a training stall: the node's global ranks waiting inside the collective (an int array)."""
 STALLED_COLLECTIVE: Final = "torchelastic.stalled.collective"
@@ -85,6 +86,13 @@ start (NCCL with ``TORCH_NCCL_ENABLE_TIMING``; an int array)."""
 STALLED_STATE_KNOWN: Final = "torchelastic.stalled.state_known"
 """``true`` when the record tracks the device's start of the collective, so that the ranks
 waiting are inside it on their device; ``false`` on NCCL without timing events."""
+STALLED_REMOTE_HOST: Final = "torchelastic.stalled.remote_host"
+"""On a training stall whose ranks waited for are on other nodes, as those nodes said through
+the round's store: their hosts (comma separated); ``torchelastic.stalled.ranks`` names the
+ranks and ``torchelastic.stack.frame`` the first one's frame."""
+STALLED_REMOTE_PIDS: Final = "torchelastic.stalled.remote_pids"
+"""Their nodes' agent process ids, in the same order (an int array): with the host, how
+``elastic-otel timeline`` names a node."""
 STRAGGLER_RANK: Final = "torchelastic.straggler.rank"
 """On a straggler report: the global rank that keeps its local peers waiting."""
 STRAGGLER_SCORE: Final = "torchelastic.straggler.score"

@@ -72,6 +72,11 @@ a WARN stall report says so, repeated at that interval while it lasts (default `
 turns reports off)."""
 DEFAULT_STALL_AFTER_S = 60.0
 
+ELASTIC_OTEL_STALL_EXCHANGE = "ELASTIC_OTEL_STALL_EXCHANGE"
+"""``false``: a stalled node tells other nodes nothing through the round's store and reads
+nothing there; only the node that has the late rank names it (docs/hangs.md, "Every node
+names the rank"; default ``true``)."""
+
 ELASTIC_OTEL_GOODPUT = "ELASTIC_OTEL_GOODPUT"
 """``false``: no goodput accounting in the agent (no summary records, no goodput metrics); the
 training script's ``mark_step`` / ``mark_checkpoint`` still cost what they cost."""

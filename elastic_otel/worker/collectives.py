@@ -169,9 +169,11 @@ class CollectivesWatch:
     def _update(self, backend: str, pg_status: dict[str, Any], now_ns: int) -> bool:
         changed = False
         for name, st in pg_status.items():
-            issued = int(st.get("last_enqueued_collective", -1))
-            started = int(st.get("last_started_collective", -1))
-            completed = int(st.get("last_completed_collective", -1))
+            # -1 (none yet) is kept as 0 (-1 for ``started``: not tracked), and compared so: a
+            # group with no collective completed must not read as progress at every poll.
+            issued = max(int(st.get("last_enqueued_collective", -1)), 0)
+            started = max(int(st.get("last_started_collective", -1)), -1)
+            completed = max(int(st.get("last_completed_collective", -1)), 0)
             key = group_key(name, backend)
             group = self.groups.get(key)
             if group is None:

@@ -2,7 +2,8 @@
 its C++ reducer, and functional collectives, neither of which passes through the Python
 collectives. Real two-node torchrun jobs (c10d, gloo, two workers per node), a training
 script with no ``elastic_otel`` call (tests/scripts/ddp_train.py): global rank 1 stops before its
-``backward()`` at step 5 while ranks 0, 2 and 3 wait inside theirs. The collective, its
+``backward()`` (at step 5, or before the job's first collective) while ranks 0, 2 and 3 wait
+inside theirs; both nodes name it (node 1 through the round's store). The collective, its
 process group and sequence number come from torch's Flight Recorder, read by each worker's
 collectives thread; its dumps are left where ``torchfrtrace`` reads them.
 """
@@ -13,6 +14,7 @@ import contextlib
 import os
 import pickle
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -54,10 +56,13 @@ def _stacks(receiver: OtlpReceiver, rank: int, reason: str) -> list[dict]:
     ]
 
 
-def _hang(receiver: OtlpReceiver, tmp_path: Path, waits_in: str, **extra: str) -> list[dict]:
-    """Run the hung job until both nodes reported, end it as an operator would (SIGTERM);
-    the worker spans. ``waits_in``: a frame of a waiting rank's stack."""
-    env = job_env(receiver, tmp_path, HANG_RANK="1", **extra)
+def _hang(
+    receiver: OtlpReceiver, tmp_path: Path, waits_in: str, first: bool = False, **extra: str
+) -> list[dict]:
+    """Run the hung job until both nodes named the late rank, end it as an operator would
+    (SIGTERM); the worker spans. ``waits_in``: a frame of a waiting rank's stack; ``first``:
+    rank 1 stops before the job's first collective (``HANG_STEP=0``)."""
+    env = job_env(receiver, tmp_path, HANG_RANK="1", HANG_STEP="0" if first else "5", **extra)
     env["ELASTIC_OTEL_STALL_AFTER"] = str(STALL_AFTER_S)
     port, run_id = free_port(), f"ddp-{uuid.uuid4().hex[:6]}"
     logs = [tmp_path / f"node{n}" for n in range(2)]
@@ -65,45 +70,71 @@ def _hang(receiver: OtlpReceiver, tmp_path: Path, waits_in: str, **extra: str) -
         start_agent(env, port, run_id, nproc=2, script=SCRIPT, extra_args=(f"--log-dir={d}",))
         for d in logs
     ]
+    frame = f"stuck_data_loader at ddp_train.py:{HANG_LINE}"
+
+    def named(waiting: list[int], op: str | None = None) -> list[dict]:
+        return [
+            r
+            for r in _training_stalls(receiver)
+            if r["attributes"].get(A.STALLED_RANKS) == [1]
+            and r["attributes"].get(A.STALLED_WAITING) == waiting
+            and op in (None, r["attributes"].get(A.STALLED_COLLECTIVE))
+        ]
+
     try:
-        (stall,) = receiver.wait_for_logs(
-            1,
-            timeout=120,
-            where=lambda r: (
-                r in _training_stalls(receiver) and r["attributes"].get(A.STALLED_RANKS) == [1]
-            ),
-        )[:1]
+        # Every node names rank 1: node 0 (ranks 0 and 1) from its own ranks, node 1 (ranks 2
+        # and 3, all waiting) from what node 0 left in the round's store, within a poll.
+        receiver.wait_until(lambda: named([0]) and named([2, 3]), 120)
+        ours, theirs_first = named([0])[0], named([2, 3])[0]
+        late_s = (theirs_first["time_ns"] - ours["time_ns"]) / 1e9
+        reports = [
+            f"{(r['time_ns'] - ours['time_ns']) / 1e9:+.3f} s {r['body']}"
+            for r in _training_stalls(receiver)
+        ]
+        assert late_s <= INTERVAL_S + 0.5, "\n".join(reports)
+        number = ours["attributes"][A.STALLED_COLLECTIVE_NUMBER]
+        assert theirs_first["attributes"][A.STALLED_COLLECTIVE_NUMBER] == number
+        assert number == 1 if first else isinstance(number, int) and number > 1, number
+        assert "waiting for ranks on other nodes" not in ours["body"], ours["body"]
+        # The op is named once the worker read its whole record (a first report may say
+        # "collective"); the reports after it say all_reduce.
+        receiver.wait_until(lambda: named([0], "all_reduce") and named([2, 3], "all_reduce"), 30)
+        stall, other = named([0], "all_reduce")[0], named([2, 3], "all_reduce")[0]
         attrs = stall["attributes"]
         assert stall["severity_text"] == "WARN"
         assert attrs[A.STALLED_SECONDS] <= STALL_AFTER_S + INTERVAL_S + 3.0, attrs
         assert attrs[A.STALLED_COLLECTIVE] == "all_reduce", attrs
         assert attrs[A.STALLED_PROCESS_GROUP] == "0"
-        number = attrs[A.STALLED_COLLECTIVE_NUMBER]
-        assert isinstance(number, int) and number > 1
-        assert attrs[A.STALLED_WAITING] == [0]  # rank 1's neighbour, inside the collective
-        assert attrs[A.STACK_FRAME] == f"stuck_data_loader at ddp_train.py:{HANG_LINE}"
+        assert attrs[A.STALLED_COLLECTIVE_NUMBER] == number
+        assert attrs[A.STACK_FRAME] == frame, attrs
+        assert A.STALLED_REMOTE_HOST not in attrs
         assert "no rank is in a collective" not in stall["body"]
+        assert "waiting for ranks on other nodes" not in stall["body"], stall["body"]
+        assert f"global ranks 0 wait in all_reduce #{number} of process group 0" in stall["body"]
         assert (
-            f"global ranks 0 wait in all_reduce #{number} of process group 0; waiting for "
-            "global rank 1 (in stuck_data_loader" in stall["body"]
+            f"; waiting for global rank 1 (in {frame}), which never entered it" in (stall["body"])
         ), stall["body"]
 
-        # The other node cannot see rank 1: it says which collective its ranks wait in.
-        receiver.wait_until(
-            lambda: [
-                r
-                for r in _training_stalls(receiver)
-                if r["attributes"].get(A.STALLED_WAITING) == [2, 3]
-            ],
-            30,
+        # The other node names the same rank and line, and the node that has it.
+        theirs = other["attributes"]
+        assert theirs[A.STALLED_COLLECTIVE_NUMBER] == number
+        assert theirs[A.STACK_FRAME] == frame, theirs
+        # node 0's agent: the one whose log directory has ranks 0 and 1's dumps
+        dumps = Path(attrs[A.FLIGHT_RECORDER_DUMP])
+        node0 = next(
+            a.proc.pid for a, d in zip(agents, logs, strict=True) if dumps.is_relative_to(d)
         )
-        other = next(
-            r
-            for r in _training_stalls(receiver)
-            if r["attributes"].get(A.STALLED_WAITING) == [2, 3]
-        )
-        assert other["attributes"][A.STALLED_COLLECTIVE_NUMBER] == number
-        assert "waiting for ranks on other nodes" in other["body"]
+        assert theirs[A.STALLED_REMOTE_PIDS] == [node0], (theirs, node0)
+        host = theirs[A.STALLED_REMOTE_HOST]
+        assert host == socket.gethostname(), theirs
+        assert "waiting for ranks on other nodes" not in other["body"], other["body"]
+        assert (
+            f"global ranks 2,3 wait in all_reduce #{number} of process group 0" in other["body"]
+        ), other["body"]
+        assert (
+            f"; waiting for global rank 1 on {host} pid {node0} (in {frame}), which never "
+            "entered it" in other["body"]
+        ), other["body"]
 
         # A waiting rank's stack is in the collective; the late rank's shows where it is.
         waiter = receiver.wait_until(lambda: _stacks(receiver, 0, "training"), 20)[0]
@@ -146,10 +177,14 @@ def test_a_ddp_hang_names_the_late_rank(grpc_receiver: OtlpReceiver, tmp_path: P
     assert all(w["status_code"] != "ERROR" for w in workers), [w["attributes"] for w in workers]
 
 
-def test_a_functional_collectives_hang_names_the_late_rank(
+def test_a_rank_before_the_first_collective_is_named_by_every_node(
     grpc_receiver: OtlpReceiver, tmp_path: Path
 ) -> None:
-    _hang(grpc_receiver, tmp_path, "_functional_collectives.py", FUNCTIONAL="1")
+    """Issue 35, items 5 and 6: FSDP2-like training (functional collectives, nothing issued
+    before the first backward), rank 1 stuck before it. Node 0 names rank 1 in collective #1
+    (it issued none of the group's: it is waited for); node 1, all of whose ranks wait, names
+    it too, with its node and line, from the round's store."""
+    _hang(grpc_receiver, tmp_path, "_functional_collectives.py", first=True, FUNCTIONAL="1")
 
 
 def _children(pid: int) -> list[int]:

@@ -1,11 +1,12 @@
 """Real training for the hang tests: a small ``DistributedDataParallel`` model (gloo), whose
 gradient all-reduces DDP's C++ reducer issues, not Python. Global rank ``HANG_RANK`` stops
-before its ``backward()`` at step 5 (a sleep standing in for a stuck data loader) while the
-other ranks wait inside theirs, in DDP's all-reduce. ``FUNCTIONAL=1`` averages the gradients
-with ``torch.distributed._functional_collectives`` instead of DDP (as FSDP2 and tensor
-parallelism do). For the straggler tests, global rank ``SLOW_RANK`` sleeps ``SLOW_SECONDS``
-more than its peers before each ``backward()``, and every rank ``STEP_SECONDS`` (a data loader's
-time). No ``elastic_otel`` call and no ``@record``.
+before its ``backward()`` at step ``HANG_STEP`` (default 5; a sleep standing in for a stuck
+data loader) while the other ranks wait inside theirs, in DDP's all-reduce. ``FUNCTIONAL=1``
+averages the gradients with ``torch.distributed._functional_collectives`` instead of DDP (as
+FSDP2 and tensor parallelism do), and so issues no collective before the first ``backward()``.
+For the straggler tests, global rank ``SLOW_RANK`` sleeps ``SLOW_SECONDS`` more than its peers
+before each ``backward()``, and every rank ``STEP_SECONDS`` (a data loader's time). No
+``elastic_otel`` call and no ``@record``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     hang_rank = int(os.environ.get("HANG_RANK", "-1"))
+    hang_step = int(os.environ.get("HANG_STEP", "5"))
     functional = os.environ.get("FUNCTIONAL") == "1"
     slow_rank = int(os.environ.get("SLOW_RANK", "-1"))
     slow_s = float(os.environ.get("SLOW_SECONDS", "0"))
@@ -39,7 +41,7 @@ def main() -> None:
     for step in range(int(os.environ.get("STEPS", "1000000"))):
         inputs, targets = torch.randn(16, 32), torch.randn(16, 1)
         loss = torch.nn.functional.mse_loss(model(inputs), targets)
-        if step == 5 and rank == hang_rank:
+        if step == hang_step and rank == hang_rank:
             stuck_data_loader()
         if step_s or rank == slow_rank:
             time.sleep(step_s + (slow_s if rank == slow_rank else 0.0))

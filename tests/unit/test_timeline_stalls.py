@@ -371,3 +371,25 @@ def test_a_frozen_node_named_by_its_silent_keep_alives(tmp_path: Path) -> None:
     (tmp_path / "self").mkdir()
     text = render_text(load(tmp_path / "self", job))
     assert "node-b pid 200 reached no rendezvous store (its link may be cut)" in text, text
+
+
+def test_a_rank_named_by_another_node_is_on_its_own_node(tmp_path: Path) -> None:
+    """node-b, whose ranks all wait, names rank 1 as node-a said through the round's store
+    (``remote_host`` / ``remote_pids``): the rank stays node-a's, also when node-a's own
+    report is missing from the export."""
+    remote = {A.STALLED_REMOTE_HOST: "node-a", A.STALLED_REMOTE_PIDS: [100], A.STACK_FRAME: HANG}
+    for with_a in (True, False):
+        job = round_0()
+        if with_a:
+            job.stall("a", 32_000, 30.0, **ranks((1,), (0,)), **{A.STACK_FRAME: HANG})
+        job.stall("b", 32_500, 30.5, **ranks((1,), (2, 3)), **remote)
+        job.stacks("b", 32_500, "training", {2: IN_ALL_REDUCE, 3: IN_ALL_REDUCE})
+        directory = tmp_path / str(with_a)
+        directory.mkdir()
+        timeline = load(directory, job)
+        [stall] = timeline.rounds[0].stalls
+        assert stall.waited_for == [(1, "node-a pid 100")]
+        assert stall.suspects == []
+        assert (1, "node-a pid 100", HANG, True) in stall.frames()
+        text = render_text(timeline)
+        assert "waiting for global rank 1 on node-a pid 100 (in hang at train.py:18)" in text

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from elastic_otel.cli.timeline.analysis.items import Item, as_int, as_ranks
+from elastic_otel.cli.timeline.analysis.items import Item, as_int, as_ranks, node_name
 from elastic_otel.model.stalls import STALL_EVENT_NAME, TRAINING
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import WORKER_STACKS_EVENT
@@ -32,6 +32,7 @@ class StallReport:
     trace_id: str = ""
     silent: str = ""  # the round's nodes whose rendezvous keep-alives it saw stop
     silent_self: bool = False  # the silent node is itself: it reached no rendezvous store
+    remote_node: str = ""  # the node of ``waited_for`` when other nodes named them (its label)
 
     @property
     def start_ns(self) -> int:
@@ -81,8 +82,12 @@ class Stall:
 
     @property
     def waited_for(self) -> list[tuple[int, str]]:
-        """(global rank, node) of the ranks any node names as waited for, by rank."""
-        named = {rank: r.node for r in self.reports for rank in r.waited_for}
+        """(global rank, node) of the ranks any node names as waited for, by rank: the node
+        that has them (a node that learnt them from another says which node that is)."""
+        named = {rank: r.remote_node or r.node for r in self.reports for rank in r.waited_for}
+        named.update(
+            {rank: r.node for r in self.reports if not r.remote_node for rank in r.waited_for}
+        )
         return sorted(named.items())
 
     @property
@@ -187,7 +192,21 @@ def _stall_report(record: Item, node_of: Callable[[Item], str]) -> StallReport |
         trace_id=str(record.get("trace_id", "") or ""),
         silent=str(attrs.get(A.STALLED_SILENT_NODES, "") or ""),
         silent_self=attrs.get(A.STALLED_SILENT_SELF) is True,
+        remote_node=_remote_node(attrs),
     )
+
+
+def _remote_node(attrs: Item) -> str:
+    """How the timeline names the node(s) another node said have the ranks waited for."""
+    hosts = attrs.get(A.STALLED_REMOTE_HOST)
+    if not isinstance(hosts, str) or not hosts:
+        return ""
+    found = attrs.get(A.STALLED_REMOTE_PIDS)
+    pids = [as_int(p) for p in found] if isinstance(found, list | tuple) else []
+    names = hosts.split(", ")
+    if len(pids) != len(names) or None in pids:
+        return hosts
+    return ", ".join(node_name(host, pid) for host, pid in zip(names, pids, strict=True))
 
 
 def _rank_stack(record: Item, node_of: Callable[[Item], str]) -> RankStack | None:
