@@ -29,7 +29,7 @@ from elastic_otel.names.environment_variables import (
     WORKER_REQUESTS_FIFO,
     WORKER_STACKS_FILE,
 )
-from elastic_otel.parsing.collectives import poll_period, read_collectives
+from elastic_otel.parsing.collectives import dump_path, poll_period, read_collectives
 from elastic_otel.parsing.worker_progress import (
     MAX_STACK_BYTES,
     WorkerProgress,
@@ -385,18 +385,27 @@ def _gather_dumps(
     try:
         os.makedirs(directory, exist_ok=True)
         for worker in workers:
-            if worker.global_rank in dumped:
-                source = os.path.join(worker.directory, WORKER_FLIGHT_RECORDER_FILE)
-                target = os.path.join(directory, f"rank_{worker.global_rank}")
-                try:
-                    os.link(source, target)  # the worker replaces its file: this one stays
-                except OSError:
-                    shutil.copyfile(source, target)
+            if worker.global_rank not in dumped:
+                continue
+            source = os.path.join(worker.directory, WORKER_FLIGHT_RECORDER_FILE)
+            _keep(source, os.path.join(directory, f"rank_{worker.global_rank}"))
+            for backend in ("gloo", "nccl"):  # a job with two backends: the second record
+                second = dump_path(source, backend)
+                if os.path.exists(second):
+                    os.makedirs(os.path.join(directory, backend), exist_ok=True)
+                    _keep(second, os.path.join(directory, backend, f"rank_{worker.global_rank}"))
         for old in sorted(os.listdir(root), key=lambda n: int(n.rpartition("-")[2]))[:-DUMPS_KEPT]:
             shutil.rmtree(os.path.join(root, old), ignore_errors=True)
     except (OSError, ValueError):
         _logger.debug("elastic-otel: flight recorder dumps not gathered", exc_info=True)
     return FlightRecorderDumps(directory, tuple(sorted(dumped)), tuple(sorted(unanswered)))
+
+
+def _keep(source: str, target: str) -> None:
+    try:
+        os.link(source, target)  # the worker replaces its file: this one stays
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def _size(path: str) -> int:

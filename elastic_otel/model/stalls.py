@@ -375,8 +375,9 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     late = _as_ranks(attributes.get(A.STALLED_NOT_REACHED))
     never = [r for r in _as_ranks(ranks) if r not in late]
     frame = attributes.get(A.STACK_FRAME)
-    if collective and not waiting and ranks and group is not None:
-        text += f": ranks on other nodes wait in {which}"  # and this node has the late ranks
+    if collective and not waiting and never and group is not None:
+        # Ranks that never issued it, none local waiting: the ones that issued it are elsewhere.
+        text += f": ranks on other nodes wait in {which}"
     where = _remote_text(attributes)
     parts = []
     if never or (ranks and not late):

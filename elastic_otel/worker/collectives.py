@@ -150,12 +150,14 @@ class CollectivesWatch:
             return
         # A whole read of the records that matter now: those with a group issued (in a NCCL
         # job gloo's is empty, and the other way round on the CPU).
-        wholes = {
-            r.backend: r.record()
+        used = [
+            r
             for r in self.records
             if any(g["backend"] == r.backend and g["issued"] for g in self.groups.values())
-            or (dump and r is self.records[0])
-        }
+        ]
+        if dump and not used:
+            used = self.records[:1]  # a dump with nothing issued yet: the record, empty
+        wholes = {r.backend: r.record() for r in used}
         if window:
             self._arrive(wholes, now_ns)
         if dump:
@@ -243,15 +245,9 @@ class CollectivesWatch:
     def _dump(self, wholes: dict[str, dict[str, Any]]) -> None:
         """torch's own pickle of each record read, for ``torchfrtrace``: the first record with
         groups in the dump file, any other (a job with two backends) beside it."""
-        assert self.records is not None
-        first = True
-        for record in self.records:
-            whole = wholes.get(record.backend)
-            if whole is None:
-                continue
-            path = self.dump_path if first else dump_path(self.dump_path, record.backend)
-            self._write(path, pickle.dumps(self._complete(record.backend, whole)))
-            first = False
+        for n, (backend, whole) in enumerate(wholes.items()):
+            path = dump_path(self.dump_path, backend) if n else self.dump_path
+            self._write(path, pickle.dumps(self._complete(backend, whole)))
         self.dumps += 1
 
     def _complete(self, backend: str, record: dict[str, Any]) -> dict[str, Any]:

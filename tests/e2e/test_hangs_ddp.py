@@ -25,7 +25,7 @@ import pytest
 
 from elastic_otel.names import attributes as A
 from elastic_otel.parsing.collectives import read_collectives
-from tests.support.jobs import SCRIPTS, job_env, start_agent, stop_agents
+from tests.support.jobs import NCCL_STANDIN, SCRIPTS, job_env, start_agent, stop_agents
 from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
@@ -57,12 +57,30 @@ def _stacks(receiver: OtlpReceiver, rank: int, reason: str) -> list[dict]:
 
 
 def _hang(
-    receiver: OtlpReceiver, tmp_path: Path, waits_in: str, first: bool = False, **extra: str
+    receiver: OtlpReceiver,
+    tmp_path: Path,
+    waits_in: str,
+    first: bool = False,
+    nccl: bool = False,
+    **extra: str,
 ) -> list[dict]:
     """Run the hung job until both nodes named the late rank, end it as an operator would
     (SIGTERM); the worker spans. ``waits_in``: a frame of a waiting rank's stack; ``first``:
-    rank 1 stops before the job's first collective (``HANG_STEP=0``)."""
+    rank 1 stops before the job's first collective (``HANG_STEP=0``); ``nccl``: the workers'
+    torch keeps its record where a NCCL job's does (the stand-in), so that it is read as
+    NCCL's, without timing events: enqueued, not completed, no device state claimed."""
+    if nccl:
+        extra["PYTHONPATH"] = NCCL_STANDIN
     env = job_env(receiver, tmp_path, HANG_RANK="1", HANG_STEP="0" if first else "5", **extra)
+    backend = "nccl" if nccl else "gloo"
+    never = "which never issued it" if nccl else "which never entered it"
+
+    def inside(ranks: str, number: int) -> str:
+        which = f"all_reduce #{number} of process group 0 ({backend})"
+        if nccl:
+            return f"global ranks {ranks} have {which} enqueued, not completed"
+        return f"global ranks {ranks} wait in {which}"
+
     env["ELASTIC_OTEL_STALL_AFTER"] = str(STALL_AFTER_S)
     port, run_id = free_port(), f"ddp-{uuid.uuid4().hex[:6]}"
     logs = [tmp_path / f"node{n}" for n in range(2)]
@@ -108,12 +126,11 @@ def _hang(
         assert attrs[A.STALLED_COLLECTIVE_NUMBER] == number
         assert attrs[A.STACK_FRAME] == frame, attrs
         assert A.STALLED_REMOTE_HOST not in attrs
+        assert attrs[A.STALLED_BACKEND] == backend and attrs[A.STALLED_STATE_KNOWN] is False
         assert "no rank is in a collective" not in stall["body"]
         assert "waiting for ranks on other nodes" not in stall["body"], stall["body"]
-        assert f"global ranks 0 wait in all_reduce #{number} of process group 0" in stall["body"]
-        assert (
-            f"; waiting for global rank 1 (in {frame}), which never entered it" in (stall["body"])
-        ), stall["body"]
+        assert inside("0", number) in stall["body"], stall["body"]
+        assert f"; waiting for global rank 1 (in {frame}), {never}" in stall["body"], stall["body"]
 
         # The other node names the same rank and line, and the node that has it.
         theirs = other["attributes"]
@@ -128,12 +145,10 @@ def _hang(
         host = theirs[A.STALLED_REMOTE_HOST]
         assert host == socket.gethostname(), theirs
         assert "waiting for ranks on other nodes" not in other["body"], other["body"]
+        assert inside("2,3", number) in other["body"], other["body"]
         assert (
-            f"global ranks 2,3 wait in all_reduce #{number} of process group 0" in other["body"]
-        ), other["body"]
-        assert (
-            f"; waiting for global rank 1 on {host} pid {node0} (in {frame}), which never "
-            "entered it" in other["body"]
+            f"; waiting for global rank 1 on {host} pid {node0} (in {frame}), {never}"
+            in other["body"]
         ), other["body"]
 
         # A waiting rank's stack is in the collective; the late rank's shows where it is.
@@ -170,8 +185,12 @@ def _hang(
     return [s for s in receiver.spans() if s["name"] == A.SPAN_WORKER]
 
 
-def test_a_ddp_hang_names_the_late_rank(grpc_receiver: OtlpReceiver, tmp_path: Path) -> None:
-    workers = _hang(grpc_receiver, tmp_path, "in backward")
+def test_a_ddp_hang_in_nccls_record_names_the_late_rank(
+    grpc_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """Issue 35: DDP whose torch keeps its record only where a NCCL job's torch does (gloo's
+    dump functions empty): the late rank is named, with the collective, by both nodes."""
+    workers = _hang(grpc_receiver, tmp_path, "in backward", nccl=True)
     # Ended by the operator's signal: nobody is ERROR; the waiting ranks are victims.
     assert {w["attributes"][A.GLOBAL_RANK] for w in workers} == {0, 1, 2, 3}
     assert all(w["status_code"] != "ERROR" for w in workers), [w["attributes"] for w in workers]
