@@ -20,9 +20,9 @@ from elastic_otel.model.stragglers import (
     DOMINANCE,
     INSIDE,
     MIN_COLLECTIVES,
-    REPORT_EVERY,
     WINDOWS,
     GroupInside,
+    Streak,
 )
 from elastic_otel.names import attributes as A
 from elastic_otel.parsing.collectives import group_name
@@ -147,8 +147,7 @@ class SlowNodeWatch:
         self.threshold = threshold
         self.windows = windows
         self.scores: dict[int, NodeScore] = {}  # node rank → its score over the last window
-        self._candidate: int | None = None
-        self._streak = 0
+        self._streak = Streak(windows)
 
     def close_window(self, nodes: Iterable[NodeInside]) -> SlowNode | None:
         """Compare the nodes' fresh values; the slow node to report now, if any."""
@@ -181,15 +180,11 @@ class SlowNodeWatch:
             return None
         self.scores = scores
         if not candidates:
-            self._candidate, self._streak = None, 0
+            self._streak.update(None)
             return None
         worst, waiting = min(candidates, key=lambda c: c[0].score)
-        if worst.node_rank == self._candidate:
-            self._streak += 1
-        else:
-            self._candidate, self._streak = worst.node_rank, 1
-        due = self._streak >= self.windows and (self._streak - self.windows) % REPORT_EVERY == 0
-        return SlowNode(worst, waiting, self._streak) if due else None
+        windows = self._streak.update(worst.node_rank)
+        return SlowNode(worst, waiting, windows) if windows else None
 
 
 def _node_score(

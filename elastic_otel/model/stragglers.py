@@ -59,6 +59,28 @@ class Straggler:
     windows: int  # consecutive windows it has been the node's straggler
 
 
+class Streak:
+    """Consecutive windows one candidate (a rank, a node) was the worst: a report is due at the
+    :data:`WINDOWS`-th and every :data:`REPORT_EVERY` windows after it."""
+
+    def __init__(self, windows: int = WINDOWS) -> None:
+        self.windows = windows
+        self._candidate: int | None = None
+        self._count = 0
+
+    def update(self, candidate: int | None) -> int:
+        """This window's worst (``None``: none); the streak's length if a report is due, else 0."""
+        if candidate is None:
+            self._candidate, self._count = None, 0
+            return 0
+        if candidate == self._candidate:
+            self._count += 1
+        else:
+            self._candidate, self._count = candidate, 1
+        due = self._count >= self.windows and (self._count - self.windows) % REPORT_EVERY == 0
+        return self._count if due else 0
+
+
 class StragglerWatch:
     """The arrivals (and device times, where recorded) of a node's local ranks, scored window
     by window."""
@@ -75,8 +97,7 @@ class StragglerWatch:
         self._durations = _Pending()  # group → seq → rank → ns its device spent inside
         self._members: dict[str, tuple[int, ...]] = {}
         self._interval: dict[str, float] = {}  # group → its last interval measured (ns)
-        self._candidate: int | None = None
-        self._streak = 0
+        self._streak = Streak(windows)
 
     def observe(
         self,
@@ -144,15 +165,11 @@ class StragglerWatch:
             return None
         self.scores = scores
         if not candidates:
-            self._candidate, self._streak = None, 0
+            self._streak.update(None)
             return None
         worst, waiting = min(candidates, key=lambda c: c[0].score)
-        if worst.global_rank == self._candidate:
-            self._streak += 1
-        else:
-            self._candidate, self._streak = worst.global_rank, 1
-        due = self._streak >= self.windows and (self._streak - self.windows) % REPORT_EVERY == 0
-        return Straggler(worst, waiting, self._streak) if due else None
+        windows = self._streak.update(worst.global_rank)
+        return Straggler(worst, waiting, windows) if windows else None
 
 
 @dataclass(frozen=True, slots=True)
