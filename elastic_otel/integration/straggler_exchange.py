@@ -74,7 +74,7 @@ class StragglerExchange:
         self._wake.set()
 
     def _run(self) -> None:
-        store = _bounded(self._store)
+        store = None
         while not self._closed:
             self._wake.wait()
             self._wake.clear()
@@ -83,6 +83,8 @@ class StragglerExchange:
             if value is None or self._closed:
                 continue
             try:
+                if store is None:
+                    store = _bounded(self._store)
                 store.set(key(self.round, self.node_rank), encode(value))
                 if self.watch is not None:
                     self._compare(store)
@@ -108,14 +110,13 @@ class StragglerExchange:
 
 
 def _bounded(store: Any) -> Any:
-    """A clone of ``store`` whose operations time out after :data:`STORE_TIMEOUT_S` (the
-    agent's own store keeps its timeout); the store itself where it cannot be cloned."""
-    try:
-        clone = store.clone()
-        clone.set_timeout(datetime.timedelta(seconds=STORE_TIMEOUT_S))
-        return clone
-    except Exception:
-        return store
+    """A clone of ``store`` (a connection of its own) whose operations time out after
+    :data:`STORE_TIMEOUT_S`: the agent's own connection, which its rendezvous keep-alives use,
+    is never used here, and keeps its timeout. Raises where the store cannot be cloned: no
+    exchange then."""
+    clone = store.clone()
+    clone.set_timeout(datetime.timedelta(seconds=STORE_TIMEOUT_S))
+    return clone
 
 
 def _read(store: Any, keys: list[str]) -> list[bytes]:
