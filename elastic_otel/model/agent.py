@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from elastic_otel.model.agent_outcome import run_outcome
 from elastic_otel.model.agent_workers import (
     ReservedSpan,
     WorkerSpans,
@@ -36,7 +37,7 @@ from elastic_otel.model.spans import (
     SpanRef,
     new_span_id,
 )
-from elastic_otel.model.stalls import Wait
+from elastic_otel.model.stalls import STALL_STATE, TRAINING, Wait
 from elastic_otel.model.trace_ids import TraceIds
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import STACKS_STATE, WorkerState
@@ -64,6 +65,9 @@ _OBSERVED_STEPS = {  # the bridge's own (agent_instrumentation), recorded at sta
 _RESTART = "RESTART_WORKERS"  # observed too: the whole recovery
 _AGENT_OUTCOMES = frozenset({WorkerState.SUCCEEDED, WorkerState.FAILED})
 _WAIT_KIND = {"EXIT_BARRIER": "exit_barrier", "STOP_WORKERS": "stop_workers"}
+_STALL_FACTS = frozenset(
+    {A.STALLED_RANKS, A.STALLED_SECONDS, A.STACK_FRAME, A.STALLED_COLLECTIVE, A.STALLED_REMOTE_HOST}
+)
 _WAIT_CONTEXT = frozenset({A.RUN_ID, A.RANK, A.HOST_NAME, A.ROLE, A.AGENT_RESTARTS})
 
 
@@ -104,11 +108,13 @@ class Agent:
     __slots__ = (
         "ended",
         "failed",
+        "failed_end",
         "links",
         "recovery",
         "reserved",
         "restarts",
         "run_id",
+        "stall",
         "start_ns",
         "steps",
         "stop_ns",
@@ -120,6 +126,8 @@ class Agent:
         self.workers: dict[int, SpanRecord] = {}
         self.ended: dict[int, SpanRecord] = {}  # this attempt's workers the agent saw end
         self.failed: SpanRecord | None = None  # this attempt's first failed worker
+        self.failed_end: SpanRecord | None = None  # its first worker that ended failed, any kind
+        self.stall: SpanAttributes = {}  # the latest training stall report of this attempt
         self.steps: dict[str, SpanRecord] = {}  # observed steps under way (exit barrier...)
         self.restarts = 0
         self.start_ns = 0
@@ -131,6 +139,8 @@ class Agent:
     def new_attempt(self) -> None:
         self.ended.clear()
         self.failed = None
+        self.failed_end = None
+        self.stall = {}
 
 
 class AgentModel:
@@ -164,6 +174,14 @@ class AgentModel:
         agent = self.agents.get(run_id)
         if agent is not None and len(agent.links) < _MAX_AGENT_LINKS:
             agent.links.append(link)
+
+    def stalled(self, ev: ElasticEvent) -> None:
+        """A training stall report of an agent's workers: kept until its attempt ends, so that
+        a job ended while it lasts names the ranks everyone waited for."""
+        agent = self.agents.get(ev.run_id)
+        training = ev.state == STALL_STATE and ev.attributes.get(A.STALLED_IN) == TRAINING
+        if agent is not None and training:
+            agent.stall = {k: v for k, v in ev.attributes.items() if k in _STALL_FACTS}
 
     # --- queries ----------------------------------------------------------------------------
 
@@ -307,17 +325,24 @@ class AgentModel:
         agent.recovery.abandon(t, reason, error, self._context(agent).trace_id, out)
 
     def _agent_end(self, agent: Agent, ev: ElasticEvent, trace: int, out: Output) -> None:
+        """The agent's final event: its outcome as what happened says (docs/outcomes.md)."""
         t = ev.time_ns
+        outcome = run_outcome(ev, agent.failed or agent.failed_end, agent.stall)
+        ev = outcome.event
         reason, killed = f"agent {ev.state.lower()}", False
-        if ev.error is not None and ev.error.type.endswith("SignalException"):
-            # torchrun turns SIGTERM/SIGINT into SignalException("... got signal: 15")
-            self.terminated_by = f"process terminated ({ev.error.message.strip()[:80]})"
-            reason, killed = self.terminated_by, True
+        if outcome.signal:
+            self.terminated_by = reason = f"process terminated ({outcome.signal})"
+            killed = True
         self._end_everything(agent, t, out, WorkerState.TERMINATED, reason, killed)
         span = self._span(A.SPAN_AGENT_RUN, agent.start_ns or t, ev, SpanRef(trace, 0))
         span.links = [link for link in agent.links if link.trace_id != trace]
+        span.attributes.update(outcome.attributes)
+        if outcome.root is not None:
+            span.links.append(failure_link(outcome.root))
         if ev.state == WorkerState.FAILED:
-            span.record_error(ev)
+            if ev.error is not None:
+                span.record_error(ev)
+            span.set_error(outcome.description or span.status_message)
         succeeded = ev.state == WorkerState.SUCCEEDED
         out.spans.append(span.end(t, STATUS_OK if succeeded else STATUS_ERROR))
         out.log(ev, span)

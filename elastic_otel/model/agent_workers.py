@@ -83,6 +83,14 @@ _SPAN_KEYS = (
 )
 
 
+FAILED_ENDS = frozenset(
+    {WorkerState.FAILED, WorkerState.PEER_FAILED, WorkerState.TERMINATED, WorkerState.UNHEALTHY}
+)
+"""A worker's end that fails its group's attempt: the instrumented agent's ``FAILED`` and
+``PEER_FAILED``; torch's final ``FAILED`` (a failure) and ``TERMINATED`` / ``UNHEALTHY`` (the
+others of a failed group), which it records only for a run whose result failed."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReservedSpan:
     """A ``worker`` span whose ids were chosen before its START (the worker's ``TRACEPARENT``)."""
@@ -100,6 +108,7 @@ class WorkerGroup(Protocol):
     workers: dict[int, SpanRecord]  # running, by global rank
     ended: dict[int, SpanRecord]  # this attempt's workers the agent saw end
     failed: SpanRecord | None  # this attempt's first failed worker
+    failed_end: SpanRecord | None  # this attempt's first worker that ended failed, any kind
     restarts: int
     stop_ns: int  # when the workers were stopped for a new rendezvous
     reserved: dict[int, ReservedSpan]  # by local rank
@@ -184,7 +193,10 @@ class WorkerSpans:
         rank = ev.global_rank
         span = group.workers.pop(rank, None) if rank is not None else None
         if span is None and rank is not None and rank in group.ended:
-            out.log(ev, group.ended[rank])  # torch's late word on an outcome already exported
+            ended = group.ended[rank]
+            out.log(ev, ended)  # torch's late word on an outcome already exported
+            if ev.state in FAILED_ENDS and group.failed_end is None:
+                group.failed_end = ended
             return
         if span is None:  # its START was never seen (out of order, or state evicted)
             span = agent_span(A.SPAN_WORKER, t, ev, parent, self.event_limit)
@@ -211,6 +223,8 @@ class WorkerSpans:
         out.log(ev, span)
         if rank is not None:
             group.ended[rank] = span
+        if ev.state in FAILED_ENDS and group.failed_end is None:
+            group.failed_end = span
 
     def end_all(
         self,

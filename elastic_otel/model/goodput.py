@@ -17,6 +17,8 @@ from elastic_otel.names import attributes as A
 from elastic_otel.parsing.worker_progress import WorkerProgress
 
 CATEGORIES = A.BADPUT_CATEGORIES
+_ABSENT = {A.BADPUT_TEARDOWN: 0.0}
+"""Categories a summary may lack (an older release's), and what they count then."""
 _MAX_STALLS = 256
 """Stall intervals kept per attempt (the oldest are merged into one)."""
 
@@ -116,6 +118,8 @@ class AttemptFacts:
     did not fail)."""
     stalls: tuple[tuple[int, int], ...] = ()
     resumed_from: int | None = None
+    final: bool = False
+    """No restart follows: the time after the failure is its teardown, not a recovery."""
     """The checkpoint step the job had before this attempt (``None``: none known)."""
 
 
@@ -159,6 +163,7 @@ def account(facts: AttemptFacts) -> Breakdown:
     steps = facts.steps
     ns = dict.fromkeys(CATEGORIES, 0)
     head = A.BADPUT_STARTUP if facts.attempt == 0 else A.BADPUT_RECOVERY
+    tail = A.BADPUT_TEARDOWN if facts.final else A.BADPUT_RECOVERY  # after the failure
 
     def at(t: int | None, low: int) -> int:
         return min(max(t if t is not None else low, low), end)
@@ -167,7 +172,7 @@ def account(facts: AttemptFacts) -> Breakdown:
         failed = facts.failure_ns if facts.restarted and facts.failure_ns is not None else end
         cut = at(failed, start)
         ns[head] += cut - start
-        ns[A.BADPUT_RECOVERY] += end - cut
+        ns[tail] += end - cut
         return _breakdown(end - start, 0, ns, None)
     first = at(steps.first_step_ns, start)
     last = at(steps.last_step_ns, first)
@@ -180,7 +185,7 @@ def account(facts: AttemptFacts) -> Breakdown:
         failed = at(facts.failure_ns if facts.failure_ns is not None else end, max(last, safe_end))
         lost = failed - safe_end
         lost_ns = (safe_end, failed) if lost > 0 else None
-        ns[A.BADPUT_RECOVERY] += end - failed
+        ns[tail] += end - failed
         stalled_lost = min(_overlap(facts.stalls, safe_end, failed), lost)
         ns[A.BADPUT_STALL] += stalled_lost
         ns[A.BADPUT_LOST_PROGRESS] += lost - stalled_lost
@@ -334,6 +339,7 @@ class GoodputLedger:
         job failed); ``final``: the job ended (default: when no restart follows)."""
         steps = combine(readings)
         stop = failure_ns if restarted and failure_ns is not None else end_ns
+        final = not restarted if final is None else final
         self._stalls.close(max(stop, steps.progress_ns))
         facts = AttemptFacts(
             attempt=self.attempt,
@@ -344,10 +350,10 @@ class GoodputLedger:
             failure_ns=failure_ns,
             stalls=tuple(self._stalls.intervals),
             resumed_from=self._checkpoint,
+            final=final,
         )
         breakdown = account(facts)
         job = total([s.attempt for s in self.attempts] + [breakdown])
-        final = not restarted if final is None else final
         summary = Summary(facts, breakdown, job, final, self._open_reporter)
         self.attempts.append(summary)
         if summary.reporter:
@@ -390,7 +396,8 @@ def from_attributes(attrs: Mapping[str, object], job: bool = False) -> Breakdown
     ratio_key = A.GOODPUT_JOB_SECONDS if job else A.GOODPUT_SECONDS
     wall_key = A.GOODPUT_JOB_WALL_SECONDS if job else A.GOODPUT_WALL_SECONDS
     values = [attrs.get(ratio_key), attrs.get(wall_key)]
-    values += [attrs.get(A.badput_seconds_key(c, job)) for c in CATEGORIES]
+    # teardown: absent from the summaries of releases before it (none counted then)
+    values += [attrs.get(A.badput_seconds_key(c, job), _ABSENT.get(c)) for c in CATEGORIES]
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
         return None
     numbers = [float(v) for v in values]  # type: ignore[arg-type]

@@ -62,6 +62,7 @@ class TraceModel:
         else:
             member = self.rendezvous.member_span(event.run_id) if event.run_id else None
             out.log(event, member)
+            self.agents.stalled(event)  # a training stall: the agent keeps the latest
         return out
 
     # --- RoundListener: what the rendezvous model tells, relayed to the agent model ----------

@@ -22,6 +22,10 @@ WORKER_ID: Final = "torchelastic.worker_id"
 WORKER_PID: Final = "torchelastic.worker_pid"
 EXIT_CODE: Final = "torchelastic.exit_code"
 STATE: Final = "torchelastic.state"
+TORCH_STATE: Final = "torchelastic.torch_state"
+"""On a record (and ``agent.run`` span) whose outcome the bridge restated from what happened:
+the state torch's own event said (``SUCCEEDED``, recorded by torch's launcher whenever
+``agent.run()`` returns, also when its workers failed); docs/outcomes.md."""
 NODE_STATE: Final = "torchelastic.node_state"
 ROUND: Final = "torchelastic.round"
 WORLD_SIZE: Final = "torchelastic.world_size"
@@ -280,12 +284,14 @@ METRIC_BADPUT_DURATION: Final = "torchelastic.badput.duration"
 """Counter (``s``) by ``torchelastic.badput.category``: wall time that did not train."""
 BADPUT_CATEGORY: Final = "torchelastic.badput.category"
 """Where badput went: ``startup``, ``recovery``, ``lost_progress``, ``checkpoint``, ``stall``,
-``unexplained``."""
+``teardown``, ``unexplained``."""
 BADPUT_STARTUP: Final = "startup"
 BADPUT_RECOVERY: Final = "recovery"
 BADPUT_LOST_PROGRESS: Final = "lost_progress"
 BADPUT_CHECKPOINT: Final = "checkpoint"
 BADPUT_STALL: Final = "stall"
+BADPUT_TEARDOWN: Final = "teardown"
+"""A job that failed with no restart left: from the failure to the job's end."""
 BADPUT_UNEXPLAINED: Final = "unexplained"
 BADPUT_CATEGORIES: Final = (
     BADPUT_STARTUP,
@@ -293,6 +299,7 @@ BADPUT_CATEGORIES: Final = (
     BADPUT_LOST_PROGRESS,
     BADPUT_CHECKPOINT,
     BADPUT_STALL,
+    BADPUT_TEARDOWN,
     BADPUT_UNEXPLAINED,
 )
 GOODPUT_EVENT_NAME: Final = "torchelastic.goodput"
@@ -313,6 +320,7 @@ BADPUT_RECOVERY_SECONDS: Final = "torchelastic.badput.recovery.seconds"
 BADPUT_LOST_PROGRESS_SECONDS: Final = "torchelastic.badput.lost_progress.seconds"
 BADPUT_CHECKPOINT_SECONDS: Final = "torchelastic.badput.checkpoint.seconds"
 BADPUT_STALL_SECONDS: Final = "torchelastic.badput.stall.seconds"
+BADPUT_TEARDOWN_SECONDS: Final = "torchelastic.badput.teardown.seconds"
 BADPUT_UNEXPLAINED_SECONDS: Final = "torchelastic.badput.unexplained.seconds"
 BADPUT_JOB_PREFIX: Final = "torchelastic.badput.job."
 """``torchelastic.badput.job.<category>.seconds``: the job's badput so far, per category."""

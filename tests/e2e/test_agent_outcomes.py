@@ -320,3 +320,14 @@ def test_untested_torch_versions_are_left_alone_unless_asked(
         assert _agent_methods() != originals
     finally:
         agent.uninstrument()
+
+
+@pytest.mark.e2e
+def test_a_job_that_succeeds_after_a_restart_still_succeeded(restarted: Restarted) -> None:
+    """Issue 36: the run's outcome is what happened; this one's last attempt succeeded."""
+    runs = [s for s in restarted.spans if s["name"] == A.SPAN_AGENT_RUN]
+    assert len(runs) == 2, runs
+    for run in runs:
+        assert run["status_code"] == "OK" and span_attr(run, A.STATE) == "SUCCEEDED", run
+        assert span_attr(run, A.PROCESS_EXIT_CODE) == 0
+        assert span_attr(run, A.TORCH_STATE) is None

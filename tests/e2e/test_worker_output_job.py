@@ -211,3 +211,21 @@ def test_the_console_is_the_same_without_the_bridge(job: Job, stream: str) -> No
     else:
         assert without["fault"] == ["Fatal Python error: Segmentation fault"]
         assert "rank 2 junk \ufffd\ufffd" in without["2"]
+
+
+def test_a_job_whose_worker_failed_with_no_restart_left_failed(job: Job) -> None:
+    """torch's launcher records SUCCEEDED for both agents; both torchruns exit 1 (issue 36)."""
+    runs = [s for s in job.spans if s["name"] == A.SPAN_AGENT_RUN]
+    assert len(runs) == 2, runs
+    for run in runs:
+        assert run["status_code"] == "ERROR", run
+        assert span_attr(run, A.STATE) == "FAILED"
+        assert span_attr(run, A.PROCESS_EXIT_CODE) == 1
+        assert span_attr(run, A.TORCH_STATE) == "SUCCEEDED"
+    messages = " ".join(r["status_message"] for r in runs)
+    assert "worker global rank 1 FAILED" in messages, messages
+    agent_records = [r for r in job.logs if r["attributes"].get(A.EVENT_SOURCE) == "AGENT"]
+    names = {r["attributes"].get(A.EVENT_NAME) for r in agent_records}
+    assert f"{STATUS_PREFIX}SUCCEEDED" in names  # torch's word, kept in an attribute
+    succeeded = [r for r in agent_records if r["event_name"].endswith("status.SUCCEEDED")]
+    assert succeeded == [], succeeded

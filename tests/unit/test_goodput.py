@@ -358,3 +358,28 @@ def test_the_dashboard_shows_goodput_and_badput() -> None:
     assert "torchelastic_goodput_ratio" in queries
     assert "torchelastic_badput_duration_seconds_total" in queries
     assert "torchelastic_badput_category" in queries
+
+
+@pytest.mark.parametrize("first", [2, None])
+def test_a_job_that_failed_with_no_restart_left_tears_down_it_recovers_nothing(
+    first: float | None,
+) -> None:
+    """Issue 36: the time from the failure (8.4 s) to the job's end (9 s) is its teardown."""
+    if first is None:
+        steps = g.Steps()  # no step marked
+    else:
+        steps = g.combine([steps_record(0, 12, 9, first=2, last=8, checkpoint=6, saves=0.5)])
+    facts = g.AttemptFacts(0, S, t(9), steps, restarted=True, failure_ns=t(8.4), final=True)
+    b = g.account(facts)
+    adds_up(b)
+    assert b.badput_s[A.BADPUT_RECOVERY] == 0
+    assert b.badput_s[A.BADPUT_TEARDOWN] == pytest.approx(0.6)
+
+
+def test_a_summary_from_before_teardown_still_reads() -> None:
+    b = g.Breakdown(10.0, 6.0, {**dict.fromkeys(g.CATEGORIES, 0.0), A.BADPUT_STARTUP: 4.0})
+    old = {A.GOODPUT_SECONDS: 6.0, A.GOODPUT_WALL_SECONDS: 10.0}
+    old.update({A.badput_seconds_key(c): b.badput_s[c] for c in g.CATEGORIES})
+    del old[A.BADPUT_TEARDOWN_SECONDS]
+    read = g.from_attributes(old)
+    assert read is not None and read.badput_s[A.BADPUT_TEARDOWN] == 0.0
