@@ -24,8 +24,9 @@ EXIT_FAILED = 1
 """torchrun's exit code when an exception leaves its ``main`` (``ChildFailedError``, a
 ``SignalException``, a rendezvous error): Python's for an uncaught exception."""
 _SIGNAL = "SignalException"
-_BARE_EXCEPTION = re.compile(r"[A-Za-z_][\w.]{0,200}(Error|Exception):")
-"""A traceback's last line naming an exception without a message."""
+_BARE_EXCEPTION = re.compile(r"[A-Za-z_][\w.]{0,200}(Error|Exception):?")
+"""A traceback's last line naming an exception without a message: Python writes the bare
+name (``raise RendezvousTimeoutError``), a hand-written line may end with a colon."""
 _CARRIED_STALL = (A.STALLED_RANKS, A.STACK_FRAME, A.STALLED_SECONDS)
 
 
@@ -54,7 +55,7 @@ def run_outcome(ev: ElasticEvent, failed: SpanRecord | None, stall: SpanAttribut
     attributes: SpanAttributes = {A.PROCESS_EXIT_CODE: EXIT_FAILED}
     message = (err.message.strip().splitlines() or [""])[0][:200] if err is not None else ""
     if err is not None and not err.type and _BARE_EXCEPTION.fullmatch(message):
-        err = replace(err, type=message.rstrip(":"), message="")  # "RendezvousTimeoutError: "
+        err = replace(err, type=message.rstrip(":"), message="")  # "…RendezvousTimeoutError"
         message = ""
     if err is not None and err.type:
         attributes[A.ERROR_TYPE] = err.type

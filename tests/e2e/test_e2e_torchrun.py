@@ -132,6 +132,24 @@ def test_rendezvous_timeout_is_an_error_span(grpc_receiver: OtlpReceiver, tmp_pa
     failed_logs = [r for r in rdzv_logs(grpc_receiver) if r["severity_text"] == "ERROR"]
     assert failed_logs and failed_logs[0]["attributes"][A.NODE_STATE] == "FAILED"
     assert failed_logs[0]["trace_id"] == join["trace_id"]
+    assert failed_logs[0]["event_name"] == "torchelastic.rendezvous.failed"
+    # docs/outcomes.md, rendezvous_failed: torch's agent FAILED, the run ERROR with the
+    # exception's type and torchrun's exit code (issue 36)
+    assert rc == 1
+    (run,) = grpc_receiver.wait_for_spans(
+        1, timeout=10, where=lambda s: s["name"] == A.SPAN_AGENT_RUN
+    )
+    assert run["status_code"] == "ERROR", run
+    attrs = run["attributes"]
+    assert attrs[A.STATE] == "FAILED" and attrs[A.PROCESS_EXIT_CODE] == rc, attrs
+    assert str(attrs[A.ERROR_TYPE]).endswith("RendezvousTimeoutError"), attrs
+    finals = [
+        r
+        for r in grpc_receiver.logs()
+        if r["attributes"].get(A.EVENT_SOURCE) == A.SOURCE_AGENT
+        and r["event_name"] == "torchelastic.worker.status.FAILED"
+    ]
+    assert [r["severity_text"] for r in finals] == ["ERROR"], finals
 
 
 def test_scale_up_late_node_joins_later_round(grpc_receiver: OtlpReceiver, tmp_path) -> None:

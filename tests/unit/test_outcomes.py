@@ -29,7 +29,7 @@ SIGNAL = (
 )
 RDZV_TIMEOUT = (
     'Traceback (most recent call last):\n  File "api.py", line 1, in run\n'
-    "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: "
+    "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"  # raised bare: no ": "
 )
 
 
