@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import re
 import signal
 import socket
 import subprocess
@@ -23,9 +24,18 @@ from pathlib import Path
 
 import pytest
 
+from elastic_otel.cli.timeline.analysis.build import build_timeline
+from elastic_otel.cli.timeline.render.text import render_text
 from elastic_otel.names import attributes as A
 from elastic_otel.parsing.collectives import read_collectives
-from tests.support.jobs import NCCL_STANDIN, SCRIPTS, job_env, start_agent, stop_agents
+from tests.support.jobs import (
+    NCCL_STANDIN,
+    SCRIPTS,
+    Agent,
+    job_env,
+    start_agent,
+    stop_agents,
+)
 from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
@@ -182,7 +192,38 @@ def _hang(
     finally:
         stop_agents(agents)
     receiver.wait_for_spans(4, timeout=30, where=lambda s: s["name"] == A.SPAN_WORKER)
+    _ended_by_the_signal_during_the_stall(receiver, agents, frame, node0)
     return [s for s in receiver.spans() if s["name"] == A.SPAN_WORKER]
+
+
+def _ended_by_the_signal_during_the_stall(
+    receiver: OtlpReceiver, agents: list[Agent], frame: str, node0: int
+) -> None:
+    """Issue 36: SIGTERM ended both agents while rank 1 held the others up. Each agent's run
+    is ERROR, names rank 1 at its line, then the signal; torchrun's exit code is on the span;
+    ``elastic-otel timeline`` gives rank 1 as the root cause and says the job failed."""
+    runs = receiver.wait_for_spans(2, timeout=30, where=lambda s: s["name"] == A.SPAN_AGENT_RUN)
+    codes = {a.proc.returncode for a in agents}
+    # torch's own ends: 1 from its SignalException, at times SIGABRT as the store the first
+    # agent hosts is torn down at exit (tests/e2e/test_sigterm_blocked.py)
+    assert codes <= {1, -signal.SIGABRT}, codes
+    for run in runs:
+        attrs = run["attributes"]
+        assert run["status_code"] == "ERROR", run
+        assert attrs[A.STATE] == "FAILED" and attrs[A.PROCESS_EXIT_CODE] == 1, attrs
+        assert str(attrs[A.ERROR_TYPE]).endswith("SignalException"), attrs
+        assert attrs[A.STALLED_RANKS] == [1] and attrs[A.STACK_FRAME] == frame, attrs
+        message = run["status_message"]
+        assert message.startswith(f"stalled: global rank 1 at {frame} for "), message
+        assert "every other rank waiting for it; then " in message and "signal" in message
+    text = render_text(build_timeline(receiver.spans(), receiver.logs()))
+    assert "ROOT CAUSE not seen" not in text, text
+    root = next(line for line in text.splitlines() if line.startswith("  ROOT CAUSE at "))
+    # rank 1's node: node 0's agent (named by its rendezvous host), also in node 1's report
+    assert re.search(
+        rf": global rank 1 on \S+ pid {node0} stalled \d+ s at {re.escape(frame)}; ", root
+    ), root
+    assert " → job failed" in text, text
 
 
 def test_a_ddp_hang_in_nccls_record_names_the_late_rank(

@@ -389,3 +389,134 @@ def test_without_last_words_nothing_changes(tmp_path: Path) -> None:
     timeline = load(written(tmp_path, two_node_job()))
     assert "last words" not in render_text(timeline)
     assert "last-words" not in render_html(timeline).split("</section>")[0]
+
+
+# --- a hung job that a scheduler then ends (issue 36) ------------------------------------------
+
+HANG_FRAME = "stuck_data_loader at train.py:18"
+SIGTERM = "SignalException: Process 77 got signal: 15"
+
+
+def hung_job(kinds: bool) -> RecordedJob:
+    """FSDP2, two nodes of two ranks: global rank 1 on node-a stops at its line at 2 s;
+    ranks 0, 2 and 3 wait in all_reduce #4. node-a names rank 1 from its own ranks (at 20 and
+    36 s: 18 and 34 s), node-b from node-a's report in the round's store (remote host and
+    pid). At 36.5 s the
+    scheduler's SIGTERM ends both agents: every worker ends, no worker failed on its own, both
+    ``agent.run`` spans FAILED with the stall in their status. ``kinds``: the workers' ends as
+    victims of a peer (``peer_failure``), else plain ``TERMINATED`` ends (no failure kind)."""
+    job = RecordedJob(RUN, T0)
+    for node, rank, join_at in (("a", 0, 0), ("b", 1, 300)):
+        rdzv = {A.ROUND: 0, A.RANK: rank, A.WORLD_SIZE: 2}
+        join = job.add(node, A.SPAN_RDZV_JOIN, join_at, 1000, attrs=rdzv)
+        job.members[node] = job.add(
+            node, A.SPAN_RDZV_MEMBER, 1000, 36_800, parent_span_id=join.span_id, attrs=rdzv
+        )
+        for global_rank in (2 * rank, 2 * rank + 1):
+            attrs = {A.GLOBAL_RANK: global_rank, A.LOCAL_RANK: global_rank % 2,
+                     A.STATE: "TERMINATED", A.AGENT_RESTARTS: 0, A.EXIT_CODE: -15}  # fmt: skip
+            if kinds:
+                attrs[A.FAILURE_KIND] = A.KIND_PEER_FAILURE
+            job.workers[global_rank] = job.add(
+                node, A.SPAN_WORKER, 1500, 36_600 + 100 * global_rank, attrs=attrs,
+                parent_span_id=job.members[node].span_id,
+            )  # fmt: skip
+    remote = {A.STALLED_REMOTE_HOST: "node-a", A.STALLED_REMOTE_PIDS: (100,)}
+    for at in (20_000, 36_000):
+        seconds = (at - 2000) / 1000
+        for node, waiting, extra in (("a", (0,), {}), ("b", (2, 3), remote)):
+            facts = {
+                A.STALLED_IN: "training", A.STALLED_SECONDS: seconds, A.STALLED_RANKS: (1,),
+                A.STALLED_WAITING: waiting, A.STALLED_COLLECTIVE: "all_reduce",
+                A.STALLED_COLLECTIVE_NUMBER: 4, A.STACK_FRAME: HANG_FRAME, **extra,
+            }  # fmt: skip
+            job.log(node, "torchelastic.stalled", at, job.members[node], state="STALLED", **facts)
+    for node, start in (("a", 0), ("b", 300)):
+        attrs = {A.STATE: "FAILED", A.STALLED_RANKS: (1,), A.STACK_FRAME: HANG_FRAME,
+                 A.PROCESS_EXIT_CODE: 1}  # fmt: skip
+        run = job.add(node, A.SPAN_AGENT_RUN, start, 36_900, attrs=attrs)
+        run.status = STATUS_ERROR
+        run.status_message = (
+            f"stalled: global rank 1 at {HANG_FRAME} for 34 s, every other rank waiting for it;"
+            f" then {SIGTERM}"
+        )
+    return job
+
+
+HUNG_ROOT = (
+    f"  ROOT CAUSE at +2.000s: global rank 1 on node-a pid 100 stalled 34 s at {HANG_FRAME};"
+    " global ranks 0 (node-a pid 100), 2, 3 (node-b pid 200) waited for it in all_reduce #4"
+)
+
+
+@pytest.mark.parametrize("kinds", [True, False], ids=["peer failures", "terminated"])
+def test_a_hung_job_ended_by_a_signal_names_the_stalled_rank_as_its_root_cause(
+    tmp_path: Path, kinds: bool
+) -> None:
+    timeline = load(written(tmp_path, hung_job(kinds)))
+    [run] = timeline.runs
+    assert run.job_failed and run.restarts == []
+    [failure] = run.failures
+    assert failure.root is None and failure.stalled is not None
+    assert (failure.stalled.global_rank, failure.stalled.node) == (1, "node-a pid 100")
+    assert failure.stalled.frame == HANG_FRAME and failure.stalled.seconds == 34.0
+    assert failure.time_ns - BASE == 2000 * MS  # when rank 1 stopped making progress
+
+    text = render_text(timeline)
+    assert "ROOT CAUSE not seen" not in text
+    assert "  at +2.000s in round 0 · no worker failed, global rank 1 on node-a pid 100 stalled" \
+        " 34 s → job failed\n" in text  # fmt: skip
+    block = failure_block(text, 0)
+    at = block.index(HUNG_ROOT)
+    assert block[at - 1] == ""  # below the round's stall lines, a block of its own
+    ends = block[at + 1 :]
+    if kinds:  # the others, after the root cause, by their delay
+        node = {0: "a", 1: "a", 2: "b", 3: "b"}
+        assert ends == [
+            f"    +{34.6 + r / 10:.3f}s rank {r} on node-{node[r]} TERMINATED" for r in range(4)
+        ]
+    else:
+        assert ends == []
+    header = next(line for line in text.splitlines() if line.startswith("ROUND 0 "))
+    assert header.endswith("job failed")
+
+    page = render_html(timeline)
+    summary = page[page.index('<section id="run-summary">') : page.index("</section>")]
+    assert "not seen" not in summary
+    assert '<b class="root-cause">global rank 1 on node-a pid 100 stalled 34 s</b>' in summary
+    assert f'<div class="facts">at {HANG_FRAME}</div>' in summary
+    assert ">job failed</td>" in summary
+    [round0] = timeline_data(timeline)["rounds"]
+    assert round0["root_cause"] == "global rank 1 on node-a pid 100 stalled 34 s"
+    roles = {w["rank"]: w["role"] for n in round0["nodes"] for w in n["workers"]}
+    assert roles[1] == "root"
+
+
+def test_the_cli_prints_a_hung_jobs_root_cause(tmp_path: Path) -> None:
+    done = timeline_cli(written(tmp_path, hung_job(kinds=True)), tmp_path / "t.html")
+    assert HUNG_ROOT + "\n" in done.stdout
+    assert "ROOT CAUSE not seen" not in done.stdout
+
+
+def test_a_stall_that_a_worker_failure_ended_keeps_that_worker_as_root_cause(
+    tmp_path: Path,
+) -> None:
+    """A worker that failed on its own is the root cause, whatever stall came before."""
+    job = hung_job(kinds=True)
+    rank3 = job.workers[3]
+    rank3.attributes.update({A.STATE: "FAILED", A.FAILURE_KIND: A.KIND_ROOT_CAUSE})
+    rank3.status, rank3.status_message = STATUS_ERROR, "RuntimeError: boom"
+    timeline = load(written(tmp_path, job))
+    [failure] = timeline.runs[0].failures
+    assert failure.root is not None and failure.root.global_rank == 3
+    assert "ROOT CAUSE at +36.900s: global rank 3" in render_text(timeline)
+
+
+def test_a_stall_in_a_job_still_running_has_no_root_cause(tmp_path: Path) -> None:
+    """No agent ended it and no worker failed: a stall, not yet a failure."""
+    job = hung_job(kinds=False)
+    for node in "ab":
+        job.spans[node] = [s for s in job.spans[node] if s.name != A.SPAN_AGENT_RUN]
+    timeline = load(written(tmp_path, job))
+    assert timeline.runs[0].failures == []
+    assert "ROOT CAUSE" not in render_text(timeline)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from elastic_otel.cli.timeline.analysis.failures import Failure
 from elastic_otel.cli.timeline.analysis.goodput import goodput_records
 from elastic_otel.cli.timeline.analysis.items import (
     Item,
@@ -19,9 +20,10 @@ from elastic_otel.cli.timeline.analysis.items import (
 from elastic_otel.cli.timeline.analysis.lost import lost_spans
 from elastic_otel.cli.timeline.analysis.rounds import ROW_SPANS, RoundBuilder
 from elastic_otel.cli.timeline.analysis.runs import RunSummary, summarize
-from elastic_otel.cli.timeline.analysis.stalls import Stall, stalls
+from elastic_otel.cli.timeline.analysis.stalls import Stall, stalled_root, stalls
 from elastic_otel.cli.timeline.analysis.stragglers import StragglerSpell, stragglers
 from elastic_otel.cli.timeline.analysis.timeline import ErrorNote, LostProgress, Round, Timeline
+from elastic_otel.model.stalls import TRAINING
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import STATUS_PREFIX
 
@@ -55,6 +57,7 @@ def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline
         traces = {w.trace_id for n in rnd.nodes for w in n.workers}
         rnd.failure = next((failures[t] for t in sorted(traces) if t in failures), None)
     _add_stalls_and_stragglers(spans, logs, builder, rounds, runs)
+    _add_stalled_roots(rounds, runs)
     times = [s["start_ns"] for s in spans] + [s["end_ns"] for s in spans]
     times += [r["time_ns"] for r in logs if r.get("time_ns")]
     times = [t for t in times if t]
@@ -64,6 +67,34 @@ def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline
     timeline.goodput = goodput_records(logs)
     _add_lost_progress(timeline, builder)
     return timeline
+
+
+def _add_stalled_roots(rounds: list[Round], runs: list[RunSummary]) -> None:
+    """A round whose training stall named the rank the others waited for, in which no worker
+    failed on its own, and which ended the job (an agent's run FAILED: a scheduler's signal
+    during the stall) or ended its workers after a peer's failure: that rank is its root
+    cause (its latest such stall's)."""
+    by_run = {run.run_id: run for run in runs}
+    for rnd in rounds:
+        named = [s for s in rnd.stalls if s.kind == TRAINING and s.waited_for]
+        failure = rnd.failure
+        if not named or (failure is not None and failure.root is not None):
+            continue
+        if failure is None and not rnd.outcome.job_failed:
+            continue
+        stall = max(named, key=lambda s: s.end_ns)
+        root = stalled_root(stall)
+        if root is None:
+            continue
+        if failure is None:
+            failure = Failure(stall.trace_id, rnd.number, [], [])
+            rnd.failure = failure
+            run = by_run.get(rnd.run_id)
+            if run is not None:
+                run.failures.append(failure)
+        failure.stalled = root
+    for run in runs:
+        run.failures.sort(key=lambda f: f.time_ns)
 
 
 def _add_lost_progress(timeline: Timeline, builder: RoundBuilder) -> None:

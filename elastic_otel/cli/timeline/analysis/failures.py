@@ -5,12 +5,15 @@ The root cause is the earliest worker that failed on its own (``torchelastic.fai
 ``root_cause``; in exports from before that attribute, an ERROR ``FAILED`` worker) by span end;
 the other root causes are independent failures, and the workers that died of it
 (``peer_failure``, ``stopped``) its consequences, each with its delay after the root cause.
+An attempt in which no worker failed on its own but a training stall named the rank every other
+rank waited for, and that ended without a restart (a scheduler's signal), has that stalled rank
+as its root cause (:class:`StalledRank`, from :func:`~.stalls.stalled_root`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from elastic_otel.cli.timeline.analysis.items import (
     Item,
@@ -56,6 +59,24 @@ class FailedAttemptWorker:
 
 
 @dataclass
+class StalledRank:
+    """A root cause no worker's end shows: the rank a training stall's other ranks waited for
+    (``torchelastic.stalled.ranks``), from when it stopped making progress, at its line."""
+
+    global_rank: int
+    node: str  # the node that has it (another node's report names it: remote host, pids)
+    frame: str  # its innermost frame (torchelastic.stack.frame)
+    seconds: float  # how long it was stalled, as last reported
+    start_ns: int  # when it stopped making progress
+    collective: str = ""  # what the others wait in: ``all_reduce #4``
+    waiting: list[tuple[int, str]] = field(default_factory=list)  # (rank, node) waiting for it
+
+    @property
+    def rank(self) -> str:
+        return str(self.global_rank)
+
+
+@dataclass
 class Failure:
     """What failed in one attempt (the worker spans of one trace), across nodes."""
 
@@ -65,16 +86,28 @@ class Failure:
         FailedAttemptWorker
     ]  # failed on their own, earliest first: the first is the root cause
     consequences: list[FailedAttemptWorker]  # died of it (peer failures, stopped), by end time
+    stalled: StalledRank | None = None  # no root cause among the workers: the rank it hung on
 
     @property
     def root(self) -> FailedAttemptWorker | None:
         return self.roots[0] if self.roots else None
 
     @property
+    def cause_rank(self) -> str | None:
+        """The global rank of the root cause (a failed worker's, else the stalled rank's)."""
+        if self.root is not None:
+            return self.root.rank
+        return None if self.stalled is None else self.stalled.rank
+
+    @property
     def time_ns(self) -> int:
-        """When the attempt broke: the root cause's end (else the first consequence's)."""
-        first = self.root or min(self.consequences, key=lambda w: w.end_ns)
-        return first.end_ns
+        """When the attempt broke: the root cause's end, else the stall's start (else the first
+        consequence's end)."""
+        if self.root is not None:
+            return self.root.end_ns
+        if self.stalled is not None:
+            return self.stalled.start_ns
+        return min(w.end_ns for w in self.consequences)
 
     def delay_ns(self, worker: FailedAttemptWorker) -> int:
         return worker.end_ns - self.time_ns

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from elastic_otel.cli.timeline.analysis.failures import StalledRank
 from elastic_otel.cli.timeline.analysis.items import Item, as_int, as_ranks, node_name
 from elastic_otel.model.stalls import STALL_EVENT_NAME, TRAINING
 from elastic_otel.names import attributes as A
@@ -127,6 +128,23 @@ class Stall:
             if frame:
                 out.append((rank, nodes.get(rank, "?"), frame, rank in named))
         return out
+
+
+def stalled_root(stall: Stall) -> StalledRank | None:
+    """A training stall's first rank waited for as a root cause: its node, line, how long."""
+    if stall.kind != TRAINING or not stall.waited_for:
+        return None
+    rank, node = stall.waited_for[0]
+    collective, number = stall.collective
+    return StalledRank(
+        global_rank=rank,
+        node=node,
+        frame=stall.frame(rank),
+        seconds=stall.seconds,
+        start_ns=stall.start_ns,
+        collective=f"{collective} #{number}" if collective and number else collective,
+        waiting=[(r, n) for r, n in stall.waiting if r != rank],
+    )
 
 
 def stalls(

@@ -19,6 +19,7 @@ from elastic_otel.cli.timeline.render.phrases import (
     outcome_text,
     recovery_text,
     restart_note,
+    stalled_text,
 )
 from elastic_otel.cli.timeline.render.wait_phrases import stall_line, stall_text, straggler_line
 from elastic_otel.model.stalls import TRAINING
@@ -129,9 +130,7 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
                 "outcome": outcome_text(r),
                 "failed": r.failed,
                 "start": sec(r.start_ns),
-                "root_cause": (
-                    cause_text(r.failure.root) if r.failure and r.failure.root else None
-                ),
+                "root_cause": _root_cause(r),
                 "stalls": [stall_text(s) for s in r.stalls],
                 "stragglers": [
                     f"global rank {s.rank} (score {s.latest.score:.2f})" for s in r.stragglers
@@ -147,15 +146,33 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
     }
 
 
+def _root_cause(rnd: Round) -> str | None:
+    """The round's root cause in a few words: a failed worker, else the rank it stalled on."""
+    failure = rnd.failure
+    if failure is not None and failure.root is not None:
+        return cause_text(failure.root)
+    if failure is not None and failure.stalled is not None:
+        return stalled_text(failure.stalled)
+    return None
+
+
 def _roles(rnd: Round) -> dict[str, tuple[str, str]]:
     """Worker span id → (role, note) in its round's failure: the root cause, another worker
     that failed on its own, or one that died of it (and how long after)."""
     failure = rnd.failure
     if failure is None:
         return {}
-    root = failure.root
+    root = failure.cause_rank
     roles = {}
+    stalled = failure.stalled
+    if failure.root is None and stalled is not None:  # the stalled rank's worker is the root
+        for node in rnd.nodes:
+            for row in node.workers:
+                if row.global_rank == stalled.global_rank and row.trace_id == failure.trace_id:
+                    roles[row.span_id] = (ROOT, f"root cause of {rnd.label}: stalled")
     for span_id, (role, w) in failure.roles().items():
+        if span_id in roles:  # the stalled rank, ended with the others
+            continue
         if role == ROOT:
             note = f"root cause of {rnd.label}"
         elif root is None:
@@ -163,7 +180,7 @@ def _roles(rnd: Round) -> dict[str, tuple[str, str]]:
         else:
             what = "failed on its own" if role == INDEPENDENT else "ended"
             note = f"{what} {delay(failure.delay_ns(w))} after the root cause, global rank "
-            note += root.rank
+            note += root
         roles[span_id] = (role, note)
     return roles
 

@@ -24,6 +24,8 @@ from elastic_otel.cli.timeline.render.phrases import (
     recovery_text,
     restart_reason,
     seconds,
+    stalled_line,
+    stalled_text,
 )
 from elastic_otel.cli.timeline.render.wait_phrases import stall_text
 from elastic_otel.model.stalls import TRAINING
@@ -225,6 +227,13 @@ def _happening_row(
 def _cause_cell(failure: Failure) -> str:
     e = html.escape
     root = failure.root
+    if root is None and failure.stalled is not None:
+        stalled = failure.stalled
+        parts = [f'<b class="root-cause">{e(stalled_text(stalled))}</b>']
+        if stalled.frame:
+            parts.append(f'<div class="facts">at {e(stalled.frame)}</div>')
+        parts.append(f'<div class="message">{e(stalled_line(stalled))}</div>')
+        return "".join(parts)
     if root is None:
         return "<i>not seen: no worker failed on its own</i>"
     parts = [f'<b class="root-cause">{e(cause_text(root))}</b>']

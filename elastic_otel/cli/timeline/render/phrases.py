@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from elastic_otel.cli.timeline.analysis.failures import FailedAttemptWorker, Failure
+from elastic_otel.cli.timeline.analysis.failures import (
+    FailedAttemptWorker,
+    Failure,
+    StalledRank,
+)
 from elastic_otel.cli.timeline.analysis.runs import NodeRecovery, Restart, RunSummary
 from elastic_otel.cli.timeline.analysis.timeline import (
     AFTER_FAILURE,
@@ -50,10 +54,30 @@ def root_cause_line(worker: FailedAttemptWorker) -> str:
     return f"{text}: {worker.message}" if worker.message else text
 
 
+def stalled_text(stalled: StalledRank) -> str:
+    """``global rank 1 on node-a pid 100 stalled 34 s``."""
+    return f"global rank {stalled.rank} on {stalled.node} stalled {stalled.seconds:.0f} s"
+
+
+def stalled_line(stalled: StalledRank) -> str:
+    """A stalled rank as a root cause: ``global rank 1 on node-a pid 100 stalled 34 s at hang
+    at train.py:18; global ranks 0 (node-a pid 100), 2, 3 (node-b pid 200) waited for it in
+    all_reduce #4``."""
+    text = stalled_text(stalled)
+    if stalled.frame:
+        text += f" at {stalled.frame}"
+    if stalled.waiting:
+        n = len(stalled.waiting)
+        text += f"; {global_ranks(n)} {ranks_text(stalled.waiting)} waited for it"
+    else:
+        text += "; every other rank waited for it"
+    return text + (f" in {stalled.collective}" if stalled.collective else "")
+
+
 def consequence_text(failure: Failure, worker: FailedAttemptWorker) -> str:
     """``+0.800s rank 2 on node-b PEER_FAILED: Connection closed by peer``; another root cause
     (an independent failure) says so."""
-    when = delay(failure.delay_ns(worker)) if failure.root is not None else ""
+    when = delay(failure.delay_ns(worker)) if failure.cause_rank is not None else ""
     if worker.kind == A.KIND_ROOT_CAUSE:
         text = f"also failed on its own: {root_cause_line(worker)}"
     else:
@@ -64,6 +88,8 @@ def consequence_text(failure: Failure, worker: FailedAttemptWorker) -> str:
 
 def failure_text(failure: Failure) -> str:
     """``1 failure: global rank 1 SIGKILL on node-a``; several root causes are all named."""
+    if failure.root is None and failure.stalled is not None:
+        return f"no worker failed, {stalled_text(failure.stalled)}"
     if failure.root is None:
         n = len(failure.consequences)
         return f"no root cause seen, {n} worker{'s' if n > 1 else ''} ended after a peer's failure"

@@ -23,6 +23,7 @@ from elastic_otel.cli.timeline.render.phrases import (
     restart_note,
     root_cause_line,
     seconds,
+    stalled_line,
 )
 from elastic_otel.cli.timeline.render.summary import render_summary
 from elastic_otel.cli.timeline.render.wait_phrases import stall_line, straggler_line, straggler_when
@@ -89,7 +90,7 @@ def render_text(timeline: Timeline, color: bool = False) -> str:
         if began:
             head.append(paint(began, _YELLOW))
         if outcome:
-            code = _RED if rnd.failed else _GREEN
+            code = _RED if rnd.failed or rnd.outcome.job_failed else _GREEN
             head.append(paint(outcome, code))
         lines += ["", paint(" · ".join(head[:1]), _BOLD) + " · " + " · ".join(head[1:])]
         rows: list[tuple[tuple[str, ...], str]] = []
@@ -157,7 +158,11 @@ def render_text(timeline: Timeline, color: bool = False) -> str:
 def failure_lines(failure: Failure, rel: Any, paint: Any = lambda text, code: text) -> list[str]:
     """A failed round's root cause, then what followed it on every node, by delay."""
     root = failure.root
-    if root is None:
+    if root is None and failure.stalled is not None:
+        when = rel(failure.stalled.start_ns)
+        lines = [paint(f"ROOT CAUSE at {when}: {stalled_line(failure.stalled)}", _RED)]
+        rest = failure.after_root()
+    elif root is None:
         lines = [paint("ROOT CAUSE not seen: no worker failed on its own; these ended after", _RED)]
         rest = failure.consequences
     else:
@@ -167,7 +172,7 @@ def failure_lines(failure: Failure, rel: Any, paint: Any = lambda text, code: te
             lines += [f"    | {line}" for line in root.last_words.splitlines()]
         rest = failure.after_root()
     for worker in rest:
-        when = "" if root is not None else f"at {rel(worker.end_ns)} "
+        when = "" if failure.cause_rank is not None else f"at {rel(worker.end_ns)} "
         text = f"  {when}{consequence_text(failure, worker)}"
         lines.append(paint(text, _RED) if worker.kind == A.KIND_ROOT_CAUSE else text)
     return lines
