@@ -448,6 +448,8 @@ def _keep_nccl_dumps(directory: str) -> None:
 
     if any(os.environ.get(name) for name in env.TORCH_DUMP_FILE_VARIABLES):
         return
+    if not os.path.isdir(directory):  # no reports there either: the environment stays as is
+        return
     prefix = os.path.join(directory, env.WORKER_NCCL_DUMP_PREFIX)
     os.environ[env.TORCH_NCCL_DEBUG_INFO_TEMP_FILE] = prefix
 

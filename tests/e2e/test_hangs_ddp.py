@@ -111,10 +111,16 @@ def _hang(
 
     try:
         # Every node names rank 1: node 0 (ranks 0 and 1) from its own ranks, node 1 (ranks 2
-        # and 3, all waiting) from what node 0 left in the round's store, within a poll.
+        # and 3, all waiting) from what node 0 left in the round's store, within a poll of
+        # both node 0's naming and node 1's own first report (its stall may begin later).
         receiver.wait_until(lambda: named([0]) and named([2, 3]), 120)
         ours, theirs_first = named([0])[0], named([2, 3])[0]
-        late_s = (theirs_first["time_ns"] - ours["time_ns"]) / 1e9
+        node1_first = next(
+            r
+            for r in _training_stalls(receiver)
+            if r["attributes"].get(A.STALLED_WAITING) == [2, 3]
+        )
+        late_s = (theirs_first["time_ns"] - max(ours["time_ns"], node1_first["time_ns"])) / 1e9
         reports = [
             f"{(r['time_ns'] - ours['time_ns']) / 1e9:+.3f} s {r['body']}"
             for r in _training_stalls(receiver)
