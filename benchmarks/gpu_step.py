@@ -35,6 +35,8 @@ def one_run(bridge: bool, width: int, batch: int, steps: int, out: Path) -> floa
             OTEL_LOGS_EXPORTER="elastic_otel_file",
             OTEL_METRICS_EXPORTER="elastic_otel_file",
             ELASTIC_OTEL_OTLP_JSON_FILE=str(out),
+            # GPU machines may run a torch outside TESTED_TORCH: the agent wrapped regardless.
+            ELASTIC_OTEL_AGENT_INSTRUMENTATION="true",
         )
     else:
         env["ELASTIC_OTEL_ENABLED"] = "false"

@@ -389,7 +389,11 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     if late:
         part = f"global rank {_rank_text(late)}" + where
         part += f" (in {frame})" if frame and not never else ""
-        part += ", whose GPU has not reached it (scheduled: its own compute is slow or stuck)"
+        # Named here when no clause before said which collective "it" is.
+        named_before = bool(waiting) or (bool(never) and group is not None)
+        reached = "it" if named_before or not which else which
+        part += f", whose GPU has not reached {reached} (scheduled: its own compute is slow or"
+        part += " stuck)"
         parts.append(part)
     if parts:
         text += "; waiting for " + " and ".join(parts)

@@ -88,8 +88,8 @@ def test_a_scheduled_collective_is_reported_as_not_reached_by_the_gpu(tmp_path: 
         }
     )
     assert body == (
-        "stalled 65 s in training; waiting for global rank 0, whose GPU has not reached it "
-        "(scheduled: its own compute is slow or stuck)"
+        "stalled 65 s in training; waiting for global rank 0, whose GPU has not reached "
+        "all_reduce #10 of process group 0 (nccl) (scheduled: its own compute is slow or stuck)"
     )
     assert "no rank is in a collective" not in body
 

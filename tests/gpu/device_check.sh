@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The GPU checks as one script for a machine with a CUDA device and torch but no OpenTelemetry
+# (CONTRIBUTING.md, "GPU checks"): installs the wheels in .whl/ (this package and its
+# OpenTelemetry dependencies, built and downloaded beforehand), then runs tests/gpu and the step
+# benchmark, writing both logs to $OUT (or /tmp). Each part has a time limit of its own.
+set -uo pipefail
+out=${OUT:-/tmp}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c 'import torch, opentelemetry.sdk.version as v
+print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(),
+      "otel sdk", v.__version__)'
+timeout 330 python3 -m pytest -p no:cacheprovider -v -rA tests/gpu 2>&1 | tee "$out/gpu-tests.log"
+echo "tests exit ${PIPESTATUS[0]}"
+timeout 240 python3 -m benchmarks.gpu_step --runs 3 --steps 300 2>&1 | tee "$out/gpu-step.log"
+echo "benchmark exit ${PIPESTATUS[0]}"
