@@ -49,6 +49,7 @@ from elastic_otel.emit.delivery import (
     install_export_warnings,
 )
 from elastic_otel.emit.export_gate import ExportGate, gate_grpc_calls
+from elastic_otel.emit.scheduler_resource import scheduler_attributes
 from elastic_otel.names.attributes import INSTRUMENTATION_SCOPE
 
 if TYPE_CHECKING:  # the metrics SDK is imported when metrics are installed
@@ -72,10 +73,15 @@ def sdk_disabled() -> bool:
 
 def build_resource(extra: dict[str, Any] | None = None) -> Resource:
     """``Resource.create()`` (reads ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME``) with
-    ``service.name`` defaulting to ``torchelastic`` instead of ``unknown_service``."""
+    ``service.name`` defaulting to ``torchelastic`` instead of ``unknown_service``, and the
+    batch scheduler's identity of the job (``slurm.*``) where those did not set a key."""
     resource = Resource.create(extra or {})
     name = str(resource.attributes.get("service.name", ""))
-    defaults: dict[str, Any] = {}
+    defaults: dict[str, Any] = {
+        key: value
+        for key, value in scheduler_attributes().items()
+        if key not in resource.attributes
+    }
     if not name or name.startswith("unknown_service"):
         defaults["service.name"] = DEFAULT_SERVICE_NAME
     if "host.name" not in resource.attributes:

@@ -231,3 +231,23 @@ ELASTIC_OTEL_OTLP_JSON_FILE = "ELASTIC_OTEL_OTLP_JSON_FILE"
 ``OTEL_LOGS_EXPORTER`` / ``OTEL_METRICS_EXPORTER``), required by them: one OTLP/JSON export
 request per line, appended, as OpenTelemetry's ``otlp_json_file`` and the Collector's ``file``
 exporters write. Several processes may share one file."""
+
+# --- Slurm's identity of the job as resource attributes (elastic_otel.emit.scheduler_resource) ---
+
+ELASTIC_OTEL_SLURM_RESOURCE = "ELASTIC_OTEL_SLURM_RESOURCE"
+"""``false``: no ``slurm.*`` resource attributes from Slurm's environment (default ``true``;
+docs/slurm.md)."""
+SLURM_JOB_ID = "SLURM_JOB_ID"
+SLURM_JOBID = "SLURM_JOBID"
+"""The older spelling Slurm still sets beside ``SLURM_JOB_ID``."""
+SLURM_JOB_NAME = "SLURM_JOB_NAME"
+SLURM_ARRAY_JOB_ID = "SLURM_ARRAY_JOB_ID"
+SLURM_ARRAY_TASK_ID = "SLURM_ARRAY_TASK_ID"
+SLURM_RESTART_COUNT = "SLURM_RESTART_COUNT"
+"""How often Slurm requeued the job; set from the first requeue on (also an attempt counter in
+:data:`SCHEDULER_ATTEMPT_VARIABLES`)."""
+SLURM_JOB_PARTITION = "SLURM_JOB_PARTITION"
+SLURM_CLUSTER_NAME = "SLURM_CLUSTER_NAME"
+SLURMD_NODENAME = "SLURMD_NODENAME"
+"""The node's name in slurm.conf, set in job steps and the batch script."""
+SLURM_STEP_ID = "SLURM_STEP_ID"
