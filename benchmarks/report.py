@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +230,17 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                 f"{fr['nccl_added_us_median']:.1f} µs",
                 "≤ 20 µs",
                 fr["nccl_added_us_median"] <= 20,
+            )
+        )
+    gpu = recorded_gpu_step()
+    if gpu is not None:
+        rows.append(
+            (
+                f"11. a DDP step on a GPU with the bridge ÷ without (recorded: {gpu.device}, "
+                f"`{gpu.path}`)",
+                f"{_x(gpu.ratio, 4)} median",
+                "≤ 1.01x",
+                gpu.ratio <= 1.01,
             )
         )
     wo = results.get("worker_output") or {}
@@ -924,7 +937,46 @@ def _flight_recorder(fr: dict[str, Any]) -> list[str]:
             *_nccl_costs(),
             "",
         ]
+    gpu = recorded_gpu_step()
+    if gpu is not None:
+        lines += [
+            "**On a GPU.** What the bridge costs a real step cannot be measured on this machine. "
+            "`python -m benchmarks.gpu_step` runs a NCCL DDP job (one rank, 8 x Linear(4096), "
+            "batch 512, 300 steps) under torchrun with the bridge and without it, alternating; "
+            f"its last run on a lent machine ({gpu.device}, `{gpu.path}`, as printed):",
+            "",
+            *(f"- {line}" for line in gpu.lines),
+            "",
+        ]
     return lines
+
+
+RECORDED = Path(__file__).resolve().parent / "recorded"
+
+
+@dataclass(frozen=True)
+class RecordedGpuStep:
+    """``benchmarks.gpu_step``'s output as a lent GPU machine printed it (newest file)."""
+
+    path: str
+    device: str
+    ratio: float
+    lines: tuple[str, ...]
+
+
+def recorded_gpu_step() -> RecordedGpuStep | None:
+    """The newest ``benchmarks/recorded/gpu-*.txt``'s step-time lines; ``None`` without one."""
+    files = sorted(RECORDED.glob("gpu-*.txt"))
+    if not files:
+        return None
+    text = files[-1].read_text().splitlines()
+    lines = tuple(line for line in text if line.startswith(("gpu_step:", "with", "without")))
+    found = [re.search(r"with / without: ([0-9.]+)x", line) for line in lines]
+    ratio = next((float(m.group(1)) for m in found if m), None)
+    device = next((line.split(", torch")[0][len("gpu_step: ") :] for line in lines[:1]), "")
+    if ratio is None or not device:
+        return None
+    return RecordedGpuStep(str(files[-1].relative_to(RECORDED.parents[1])), device, ratio, lines)
 
 
 NCCL_COSTS = Path(__file__).resolve().parents[1] / "tests/data/nccl-flight-recorder/costs.txt"
