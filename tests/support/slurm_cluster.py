@@ -1,0 +1,290 @@
+"""A real Slurm cluster on this machine for the Slurm end-to-end tests (``tests/slurm/``).
+
+``munged``, ``slurmctld`` and two ``slurmd``, Debian's ``slurm-wlm`` (``.ci/install-slurm.sh``),
+configured from scratch in a temporary directory (nothing under ``/etc`` is changed but the
+``/etc/netns/<node>/`` files ``ip netns exec`` reads). Each node is a network namespace of its
+own (``ip netns``), joined to a bridge in the root namespace by a veth pair, with its own
+address and, through a UTS namespace, its own host name: its processes see ``socket.gethostname()
+== "eo-n1"`` and reach the other node, the controller and the test's OTLP receiver only over
+that link, as two hosts would. The controller and the receiver listen on the bridge's address in
+the root namespace. Root is required (namespaces, a bridge); everything is removed by ``stop()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+BRIDGE = "eoslurm0"
+SUBNET = "10.77.0"
+CONTROLLER_ADDR = f"{SUBNET}.1"
+CONTROLLER_NAME = "eo-ctl"
+NODES = ("eo-n1", "eo-n2")
+KILL_WAIT_S = 8  # slurm.conf KillWait: SIGTERM → SIGKILL of a step at a time limit or scancel
+SLURMD_TIMEOUT_S = 15  # a node that does not answer this long is DOWN
+BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "ip", "unshare", "nsenter")
+
+
+def missing_binaries() -> list[str]:
+    return [name for name in BINARIES if shutil.which(name) is None]
+
+
+def node_addr(index: int) -> str:
+    return f"{SUBNET}.{11 + index}"
+
+
+def _run(*cmd: str, check: bool = True, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr}")
+    return done.stdout
+
+
+class SlurmCluster:
+    """Start with :meth:`start`, end with :meth:`stop`; ``env`` is what Slurm's client commands
+    (``sbatch``, ``scontrol``, ``scancel``) need to reach it."""
+
+    def __init__(self, workdir: Path | None = None) -> None:
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix="eo-slurm-"))
+        self.conf = self.dir / "slurm.conf"
+        self.munge_socket = self.dir / "munge" / "munge.socket"
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self._netns: list[str] = []
+
+    # --- life cycle -----------------------------------------------------------------------
+
+    def start(self) -> SlurmCluster:
+        try:
+            self._network()
+            self._write_config()
+            self._start_munge()
+            self._start_controller()
+            for index, node in enumerate(NODES):
+                self._start_slurmd(node, index)
+            self.wait_nodes_idle(60)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for node in self._netns:
+            self._kill_netns(node)
+        for proc in reversed(list(self.procs.values())):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+        for node in self._netns:
+            _run("ip", "netns", "del", node, check=False)
+            shutil.rmtree(f"/etc/netns/{node}", ignore_errors=True)
+        self._netns.clear()
+        _run("ip", "link", "del", BRIDGE, check=False)
+
+    def __enter__(self) -> SlurmCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- set-up ---------------------------------------------------------------------------
+
+    def _network(self) -> None:
+        _run("ip", "link", "del", BRIDGE, check=False)  # left over by a killed session
+        _run("ip", "link", "add", BRIDGE, "type", "bridge")
+        _run("ip", "addr", "add", f"{CONTROLLER_ADDR}/24", "dev", BRIDGE)
+        _run("ip", "link", "set", BRIDGE, "up")
+        hosts = ["127.0.0.1 localhost", f"{CONTROLLER_ADDR} {CONTROLLER_NAME}"]
+        hosts += [f"{node_addr(i)} {node}" for i, node in enumerate(NODES)]
+        for index, node in enumerate(NODES):
+            _run("ip", "netns", "del", node, check=False)
+            _run("ip", "netns", "add", node)
+            self._netns.append(node)
+            outside, inside = f"{node}-h", f"{node}-c"
+            _run("ip", "link", "del", outside, check=False)
+            _run("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
+            _run("ip", "link", "set", outside, "master", BRIDGE, "up")
+            _run("ip", "link", "set", inside, "netns", node)
+            ns = ("ip", "netns", "exec", node)
+            _run(*ns, "ip", "addr", "add", f"{node_addr(index)}/24", "dev", inside)
+            _run(*ns, "ip", "link", "set", inside, "up")
+            _run(*ns, "ip", "link", "set", "lo", "up")
+            etc = Path("/etc/netns") / node
+            etc.mkdir(parents=True, exist_ok=True)
+            (etc / "hosts").write_text("\n".join(hosts) + "\n")
+            (etc / "hostname").write_text(node + "\n")
+
+    def _write_config(self) -> None:
+        for sub in ("state", "log", "munge", *(f"spool/{n}" for n in NODES)):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir / "munge", 0o700)
+        d = self.dir
+        nodes = "\n".join(
+            f"NodeName={node} NodeAddr={node_addr(i)} NodeHostname={node} CPUs=4 "
+            "RealMemory=2000 State=UNKNOWN"
+            for i, node in enumerate(NODES)
+        )
+        self.conf.write_text(
+            f"""\
+ClusterName=eotest
+SlurmctldHost={CONTROLLER_NAME}({CONTROLLER_ADDR})
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={self.munge_socket}
+CredType=cred/munge
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+ReturnToService=2
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool/%n
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/spool/%n/slurmd.pid
+SlurmctldLogFile={d}/log/slurmctld.log
+SlurmdLogFile={d}/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+KillWait={KILL_WAIT_S}
+SlurmdTimeout={SLURMD_TIMEOUT_S}
+MinJobAge=600
+InactiveLimit=0
+JobRequeue=1
+{nodes}
+PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+"""
+        )
+
+    def _start_munge(self) -> None:
+        key = self.dir / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        os.chmod(key, 0o400)
+        m = self.dir / "munge"
+        self.procs["munged"] = subprocess.Popen(
+            ["munged", "-F", "-f", f"--socket={self.munge_socket}", f"--key-file={key}",
+             f"--pid-file={m}/munged.pid", f"--log-file={m}/munged.log",
+             f"--seed-file={m}/munged.seed"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self._wait(lambda: self.munge_socket.exists(), 20, "munged's socket")
+
+    def _start_controller(self) -> None:
+        # its own UTS namespace: slurmctld runs only where the host name is SlurmctldHost's
+        self.procs["slurmctld"] = self._daemon(
+            ["unshare", "--uts", "sh", "-c",
+             f'hostname {CONTROLLER_NAME} && exec slurmctld -D -i -f "{self.conf}"'],
+            "slurmctld",
+        )  # fmt: skip
+        self._wait(lambda: self._ping(), 30, "slurmctld")
+
+    def _start_slurmd(self, node: str, index: int) -> None:
+        # nsenter, not `ip netns exec`: that remounts /sys, where slurmd wants the cgroup
+        # hierarchy; the node's /etc/hosts is bound in a mount namespace of its own instead.
+        script = (
+            f"mount --bind /etc/netns/{node}/hosts /etc/hosts && hostname {node} && "
+            f'exec slurmd -D -N {node} -f "{self.conf}"'
+        )
+        self.procs[node] = self._daemon(
+            ["nsenter", f"--net=/run/netns/{node}", "unshare", "--uts", "--mount",
+             "--propagation", "private", "sh", "-c", script],
+            f"slurmd-{node}",
+        )  # fmt: skip
+
+    def _daemon(self, cmd: list[str], name: str) -> subprocess.Popen:
+        out = open(self.dir / "log" / f"{name}.out", "ab")  # noqa: SIM115 - the daemon's
+        return subprocess.Popen(cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+
+    def _ping(self) -> bool:
+        done = subprocess.run(
+            ["scontrol", "ping"], capture_output=True, text=True, env=self.env, timeout=30
+        )
+        return "is UP" in done.stdout
+
+    @staticmethod
+    def _wait(ready: object, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():  # type: ignore[operator]
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"{what} not ready after {timeout}s")
+
+    # --- commands -------------------------------------------------------------------------
+
+    def command(self, *cmd: str, check: bool = True) -> str:
+        return _run(*cmd, check=check, env=self.env)
+
+    def node_states(self) -> dict[str, str]:
+        out = self.command("sinfo", "-h", "-N", "-o", "%N %t")
+        return dict(line.split() for line in out.splitlines() if line.strip())
+
+    def wait_nodes_idle(self, timeout: float) -> None:
+        def idle() -> bool:
+            states = self.node_states()
+            return all(states.get(node, "").startswith("idle") for node in NODES)
+
+        try:
+            self._wait(idle, timeout, "both slurmd")
+        except RuntimeError:
+            raise RuntimeError(f"nodes not idle: {self.node_states()}\n{self.logs()}") from None
+
+    def sbatch(self, script: Path, *args: str, env: dict[str, str] | None = None) -> str:
+        """Submit ``script``; its job id. ``env``: the job's environment (sbatch exports it)."""
+        out = _run("sbatch", "--parsable", *args, str(script), env={**(env or {}), **self.env})
+        return out.strip().split(";")[0]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """``scontrol show job``'s fields (``JobState``, ``Reason``, ``Restarts``, ...)."""
+        out = self.command("scontrol", "-o", "show", "job", job_id, check=False)
+        return dict(re.findall(r"(\w+(?::\w+)?)=(\S*)", out))
+
+    def wait_job(self, job_id: str, states: Iterable[str], timeout: float) -> dict[str, str]:
+        wanted = set(states)
+        deadline = time.monotonic() + timeout
+        job: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            job = self.job(job_id)
+            if job.get("JobState") in wanted:
+                return job
+            time.sleep(0.5)
+        raise AssertionError(f"job {job_id} not in {wanted} after {timeout}s: {job}")
+
+    def kill_node(self, node: str) -> list[int]:
+        """Lose ``node`` as a host is lost: SIGKILL to its slurmd and everything in its network
+        namespace (job steps, torchrun, workers) at once. The pids killed."""
+        return self._kill_netns(node)
+
+    def _kill_netns(self, node: str) -> list[int]:
+        out = _run("ip", "netns", "pids", node, check=False)
+        pids = [int(p) for p in out.split()]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return pids
+
+    def logs(self) -> str:
+        parts = []
+        for path in sorted((self.dir / "log").glob("*")):
+            text = path.read_text(errors="replace")
+            parts.append(f"--- {path.name}\n{text[-3000:]}")
+        return "\n".join(parts)
