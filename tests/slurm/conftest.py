@@ -115,6 +115,7 @@ def slurm_jobs(
     slurm_cluster.wait_nodes_idle(120)  # the last test's job is gone; a lost node is back
     yield SlurmJobs(slurm_cluster, slurm_receiver, tmp_path)
     slurm_cluster.command("scancel", "--user=root", check=False)
+    slurm_cluster.restart_lost_nodes()
 
 
 def new_id() -> str:

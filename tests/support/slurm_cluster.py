@@ -30,6 +30,7 @@ CONTROLLER_NAME = "eo-ctl"
 NODES = ("eo-n1", "eo-n2")
 KILL_WAIT_S = 8  # slurm.conf KillWait: SIGTERM → SIGKILL of a step at a time limit or scancel
 SLURMD_TIMEOUT_S = 15  # a node that does not answer this long is DOWN
+CRED_EXPIRE_S = 10  # also how long a requeued job waits before it starts again (default 120)
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "ip", "unshare", "nsenter")
 
 
@@ -143,7 +144,7 @@ SlurmctldHost={CONTROLLER_NAME}({CONTROLLER_ADDR})
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={self.munge_socket}
+AuthInfo=socket={self.munge_socket},cred_expire={CRED_EXPIRE_S}
 CredType=cred/munge
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
@@ -273,6 +274,14 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         """Lose ``node`` as a host is lost: SIGKILL to its slurmd and everything in its network
         namespace (job steps, torchrun, workers) at once. The pids killed."""
         return self._kill_netns(node)
+
+    def restart_lost_nodes(self) -> None:
+        """Start again the slurmd of every node :meth:`kill_node` lost; back in service when it
+        registers (``ReturnToService=2``)."""
+        for index, node in enumerate(NODES):
+            proc = self.procs.get(node)
+            if proc is not None and proc.poll() is not None:
+                self._start_slurmd(node, index)
 
     def _kill_netns(self, node: str) -> list[int]:
         out = _run("ip", "netns", "pids", node, check=False)
