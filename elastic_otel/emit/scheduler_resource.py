@@ -85,6 +85,11 @@ def _value(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None:
         value = str(environ.get(name, "")).strip()
         if not value:
             continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable bytes in the environment: OTLP takes UTF-8 only
+            _warn_once(name, f"{name} is not UTF-8; undecodable bytes replaced")
+            value = value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         if len(value) > MAX_VALUE_CHARS:
             _warn_once(name, f"{name} is longer than {MAX_VALUE_CHARS} characters; cut")
             value = value[:MAX_VALUE_CHARS]

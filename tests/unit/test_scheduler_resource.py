@@ -135,3 +135,13 @@ def test_a_typo_in_the_switch_leaves_it_on(monkeypatch: pytest.MonkeyPatch) -> N
 def test_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     _set(monkeypatch, {"SLURM_JOB_ID": "99"})
     assert S.scheduler_attributes() == {"slurm.job.id": "99", "slurm.job.restart_count": 0}
+
+
+def test_undecodable_bytes_are_replaced_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    # os.environ holds bytes that are not UTF-8 as lone surrogates, which no OTLP exporter
+    # could encode: the whole batch would be lost
+    with caplog.at_level(logging.WARNING, logger="elastic_otel"):
+        attrs = S.scheduler_attributes({**STEP, "SLURM_JOB_NAME": "caf\udce9"})
+    assert attrs["slurm.job.name"] == "caf\ufffd"
+    attrs["slurm.job.name"].encode("utf-8")
+    assert any("SLURM_JOB_NAME is not UTF-8" in r.getMessage() for r in caplog.records)
