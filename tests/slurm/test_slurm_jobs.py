@@ -141,10 +141,9 @@ def test_a_requeued_job(slurm_jobs: SlurmJobs) -> None:
     summaries = [r for r in jobs.logs(job_id) if r["event_name"] == "torchelastic.goodput"]
     final = [r for r in summaries if r["attributes"].get("torchelastic.goodput.final")]
     assert len(final) == 1 and _attempt(final[0]) == 1, summaries
-    # it accounts for the second attempt's agents only: not the first attempt's time
+    # it accounts for the second attempt's agents alone, which started after the requeue
     wall = final[0]["attributes"]["torchelastic.goodput.job.wall_seconds"]
-    first_start = min(s["start_ns"] for s in spans if _attempt(s) == 0)
-    assert wall * 1e9 < final[0]["time_ns"] - first_start - (requeued_ns - first_start) / 2
+    assert 0 < wall * 1e9 < final[0]["time_ns"] - requeued_ns, (wall, requeued_ns)
 
 
 def test_a_time_limit_mid_training(slurm_jobs: SlurmJobs) -> None:

@@ -13,6 +13,7 @@ the root namespace. Root is required (namespaces, a bridge); everything is remov
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -31,6 +32,10 @@ NODES = ("eo-n1", "eo-n2")
 KILL_WAIT_S = 8  # slurm.conf KillWait: SIGTERM → SIGKILL of a step at a time limit or scancel
 SLURMD_TIMEOUT_S = 15  # a node that does not answer this long is DOWN
 CRED_EXPIRE_S = 10  # also how long a requeued job waits before it starts again (default 120)
+LOCK_FILE = Path(tempfile.gettempdir()) / "elastic-otel-slurm-cluster.lock"
+"""Held while a cluster runs: the bridge, namespaces and ports are fixed, so a second session
+waits for the first (up to ``LOCK_WAIT_S``) instead of tearing its network down."""
+LOCK_WAIT_S = 900
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "ip", "unshare", "nsenter")
 
 
@@ -60,11 +65,13 @@ class SlurmCluster:
         self.procs: dict[str, subprocess.Popen] = {}
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self._netns: list[str] = []
+        self._lock: int | None = None
 
     # --- life cycle -----------------------------------------------------------------------
 
     def start(self) -> SlurmCluster:
         try:
+            self._take_lock()
             self._network()
             self._write_config()
             self._start_munge()
@@ -93,6 +100,21 @@ class SlurmCluster:
             shutil.rmtree(f"/etc/netns/{node}", ignore_errors=True)
         self._netns.clear()
         _run("ip", "link", "del", BRIDGE, check=False)
+        if self._lock is not None:
+            os.close(self._lock)  # releases the lock
+            self._lock = None
+
+    def _take_lock(self) -> None:
+        self._lock = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"another Slurm test cluster holds {LOCK_FILE}") from None
+                time.sleep(1)
 
     def __enter__(self) -> SlurmCluster:
         return self.start()
