@@ -2,40 +2,42 @@
 
 from __future__ import annotations
 
+import os
+import resource
 from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["tests.support.fixtures"]
 
-SLOWEST_FIRST = (  # measured (seconds per file, run alone on 2 cores), slowest first
-    "test_hangs_ddp.py",  # 68 s (48 CPU-seconds)
-    "test_reliability.py",  # 64 s (54)
-    "test_fork_safety.py",  # 48 s (48)
-    "test_hangs.py",  # 44 s (41)
-    "test_host_loss.py",  # 41 s (13)
-    "test_root_cause.py",  # 39 s (50)
-    "test_registration.py",  # 38 s (32)
-    "test_cli_demo.py",  # 36 s (35)
-    "test_e2e_torchrun.py",  # 35 s (30)
-    "test_rendezvous_backends.py",  # 33 s (33)
-    "test_straggler_jobs.py",  # 30 s (26)
-    "test_replay.py",  # 29 s (38)
-    "test_security.py",  # 28 s (20)
-    "test_goodput_job.py",  # 26 s (24)
-    "test_sigterm_blocked.py",  # 26 s (20)
-    "test_agent_outcomes.py",  # 26 s (31)
-    "test_worker_output_job.py",  # 21 s (21)
-    "test_torch_rendezvous.py",  # 19 s (7)
-    "test_instrument.py",  # 15 s (18)
-    "test_bad_input.py",  # 14 s (15)
-    "test_stalls.py",  # 13 s (4)
-    "test_metrics.py",  # 12 s (9)
-    "test_rotel.py",  # 11 s (7)
+SLOWEST_FIRST = (  # seconds per file in a whole run, loaded (CPU seconds: TESTS_CPU_LOG)
+    "test_fork_safety.py",  # 160 s (70)
+    "test_reliability.py",  # 150 s (68)
+    "test_hangs_ddp.py",  # 121 s (75)
+    "test_e2e_torchrun.py",  # 109 s (46)
+    "test_rendezvous_backends.py",  # 109 s (45)
+    "test_registration.py",  # 97 s (40)
+    "test_sigterm_blocked.py",  # 90 s (25)
+    "test_torch_rendezvous.py",  # 85 s (6)
+    "test_security.py",  # 82 s (22)
+    "test_root_cause.py",  # 78 s (72)
+    "test_hangs.py",  # 74 s (61)
+    "test_replay.py",  # 63 s (49)
+    "test_cli_demo.py",  # 62 s (36)
+    "test_host_loss.py",  # 49 s (22)
+    "test_worker_output_job.py",  # 45 s (33)
+    "test_instrument.py",  # 43 s (24)
+    "test_straggler_jobs.py",  # 42 s (43)
+    "test_agent_outcomes.py",  # 39 s (36)
+    "test_goodput_job.py",  # 34 s (29)
+    "test_bad_input.py",  # 31 s (17)
+    "test_stalls.py",  # 15 s (3)
+    "test_metrics.py",  # 12 s (4)
 )
 """The files that take longest, started first: with ``-n N --dist loadfile`` each worker takes
 whole files in collection order, so a long file collected last would run alone at the end while
-the other workers idle."""
+the other workers idle. On two cores the suite is CPU-bound (each process that imports torch
+costs ~3 CPU-seconds), so the wall times are those of a loaded machine."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -55,3 +57,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))
+
+
+CPU_LOG = "TESTS_CPU_LOG"
+"""A file to append each test's CPU seconds to (this process's and its finished children's,
+torchrun jobs included), one ``path::test<TAB>seconds`` line each: the suite is CPU-bound on
+two cores, so that, not wall time, says which tests make it slow. Unset: nothing is measured."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    log = os.environ.get(CPU_LOG)
+    if not log:
+        yield
+        return
+    before = _cpu_seconds()
+    yield
+    with open(log, "a") as out:
+        out.write(f"{item.nodeid}\t{_cpu_seconds() - before:.2f}\n")
+
+
+def _cpu_seconds() -> float:
+    own, children = (
+        resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime

@@ -110,7 +110,7 @@ def test_forked_c10d_agents_never_crash_or_hang(collector: str, without_the_brid
             "--collect",
             "alternate",
             "--timeout",
-            "30",
+            "60",  # a bound for a loaded machine: a hang is an agent alive past it
             "--dump-hung",
             endpoint=endpoint,
         )
