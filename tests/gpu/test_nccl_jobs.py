@@ -90,4 +90,3 @@ def test_a_cuda_out_of_memory_error_is_the_root_cause(
     assert worker["attributes"][A.FAILURE_KIND] == A.KIND_ROOT_CAUSE
     assert "OutOfMemoryError" in str(worker["attributes"].get(A.ERROR_TYPE)), worker
     assert "out of memory" in worker["status_message"].lower(), worker["status_message"]
-
