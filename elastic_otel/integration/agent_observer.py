@@ -63,6 +63,10 @@ from elastic_otel.parsing.worker_reports import read_worker_report
 
 _logger = logging.getLogger("elastic_otel")
 
+SIGNAL_EXCEPTION = "SignalException"
+"""torch's exception for a signal to the agent (``torch.distributed.elastic.multiprocessing``),
+named rather than imported: this module imports no torch at import time."""
+
 
 @dataclass(eq=False)
 class AgentState:
@@ -206,8 +210,19 @@ class AgentObserver:
             state.closing_of = weakref.ref(pcontext)
         # After a failure (torch's _poll, MultiprocessContext's inside its except) or a
         # signal (torch's SignalException being handled): the victims' last stacks first
-        failed = bool(failures) or sys.exc_info()[1] is not None
+        raised = sys.exc_info()[1]
+        failed = bool(failures) or raised is not None
         self.watch.before_stop(pcontext, failed)
+        if state is not None and type(raised).__name__ == SIGNAL_EXCEPTION:
+            self._signalled(state)
+
+    def _signalled(self, state: AgentState) -> None:
+        """A signal ends the agent's run (a scheduler's time limit, ``scancel``, a requeue, a
+        person's Ctrl-C): its attempt ends now, the job's last on this node, what came after
+        its last checkpoint lost; the summary is reported before torch stops the workers."""
+        if state.goodput is not None:
+            now = time.time_ns()
+            self.goodput.ended(state.goodput, now, lost=True, final=True, failure_ns=now)
 
     # --- helpers ------------------------------------------------------------------------------
 

@@ -220,6 +220,12 @@ def test_signal_to_agent_delivers_final_events(sig, grpc_receiver: OtlpReceiver,
         assert str(signal.Signals(sig).value) in span["attributes"][A.END_REASON]
     names = {s["name"] for s in spans}
     assert names >= {A.SPAN_WORKER, A.SPAN_RDZV_MEMBER}
+    # the attempt the signal ended is accounted: a scheduler's time limit or requeue ends so
+    (goodput,) = grpc_receiver.wait_for_logs(
+        1, where=lambda r: r["event_name"] == A.GOODPUT_EVENT_NAME
+    )
+    assert goodput["attributes"][A.GOODPUT_ATTEMPT] == 0
+    assert goodput["attributes"][A.GOODPUT_FINAL] is True
 
 
 def test_sigterm_to_a_plain_script_flushes(grpc_receiver: OtlpReceiver, tmp_path) -> None:
