@@ -41,6 +41,7 @@ from elastic_otel.integration.training_watch import (
     WatchedWorker,
 )
 from elastic_otel.integration.worker_output import WorkerOutput
+from elastic_otel.model.agent_outcome import SIGNAL_EXCEPTION
 from elastic_otel.model.failures import WorkerEnd, root_cause
 from elastic_otel.model.goodput import Summary
 from elastic_otel.model.slow_nodes import SlowNode
@@ -62,10 +63,6 @@ from elastic_otel.parsing.worker_progress import WorkerProgress
 from elastic_otel.parsing.worker_reports import read_worker_report
 
 _logger = logging.getLogger("elastic_otel")
-
-SIGNAL_EXCEPTION = "SignalException"
-"""torch's exception for a signal to the agent (``torch.distributed.elastic.multiprocessing``),
-named rather than imported: this module imports no torch at import time."""
 
 
 @dataclass(eq=False)

@@ -23,7 +23,8 @@ CHILD_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedErro
 EXIT_FAILED = 1
 """torchrun's exit code when an exception leaves its ``main`` (``ChildFailedError``, a
 ``SignalException``, a rendezvous error): Python's for an uncaught exception."""
-_SIGNAL = "SignalException"
+SIGNAL_EXCEPTION = "SignalException"
+"""torch's exception for a signal to the agent (``torch.distributed.elastic.multiprocessing``)."""
 _BARE_EXCEPTION = re.compile(r"[A-Za-z_][\w.]{0,200}(Error|Exception):?")
 """A traceback's last line naming an exception without a message: Python writes the bare
 name (``raise RendezvousTimeoutError``), a hand-written line may end with a colon."""
@@ -59,7 +60,8 @@ def run_outcome(ev: ElasticEvent, failed: SpanRecord | None, stall: SpanAttribut
         message = ""
     if err is not None and err.type:
         attributes[A.ERROR_TYPE] = err.type
-    is_signal = err is not None and err.type.endswith(_SIGNAL)  # torchrun's SIGTERM, SIGINT
+    # torchrun's SIGTERM, SIGINT
+    is_signal = err is not None and err.type.endswith(SIGNAL_EXCEPTION)
     signal = (message[:80] or "a signal") if is_signal else ""
     description = f"{err.type.rsplit('.', 1)[-1]}: {message}" if err and err.type else message
     if signal and stall.get(A.STALLED_RANKS):
