@@ -10,18 +10,10 @@ if command -v etcd >/dev/null 2>&1; then
     exit 0
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    SUDO="sudo"
-fi
-
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-# --no-install-recommends: the client (etcd-client) is not needed by the tests.
-$SUDO apt-get install -y -qq --no-install-recommends etcd-server >/dev/null
+# shellcheck source=.ci/apt.sh
+source "$(dirname "$0")/apt.sh"
+apt_install etcd-server  # not etcd-client: the tests do not use it
 # The package may start a system etcd on the default ports (2379/2380); the tests use their
 # own ports, so a running service does no harm, but stop it when there is an init system.
-if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
-    $SUDO systemctl stop etcd || true
-fi
+stop_services etcd
 echo "etcd installed: $(etcd --version | head -n 1)"

@@ -15,20 +15,8 @@ if command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 \
     exit 0
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    SUDO="sudo"
-fi
-
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends \
-    slurm-wlm slurmctld slurmd slurm-client munge iproute2 >/dev/null
-if command -v systemctl >/dev/null 2>&1; then
-    for unit in slurmctld slurmd munge; do
-        if systemctl is-active --quiet "$unit" 2>/dev/null; then
-            $SUDO systemctl stop "$unit" || true
-        fi
-    done
-fi
+# shellcheck source=.ci/apt.sh
+source "$(dirname "$0")/apt.sh"
+apt_install slurm-wlm slurmctld slurmd slurm-client munge iproute2
+stop_services slurmctld slurmd munge
 echo "slurm installed: $(slurmctld -V)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import statistics
@@ -964,6 +965,7 @@ class RecordedGpuStep:
     lines: tuple[str, ...]
 
 
+@functools.cache  # the results table and section 11 both quote it: read once
 def recorded_gpu_step() -> RecordedGpuStep | None:
     """The newest ``benchmarks/recorded/gpu-*.txt``'s step-time lines; ``None`` without one."""
     files = sorted(RECORDED.glob("gpu-*.txt"))

@@ -65,14 +65,13 @@ def scheduler_attributes(environ: Mapping[str, str] | None = None) -> dict[str, 
 
 
 def _slurm(environ: Mapping[str, str]) -> dict[str, Any]:
-    job_id = _value(environ, (env.SLURM_JOB_ID, env.SLURM_JOBID))
-    if job_id is None:  # not a Slurm job (or one whose environment was cleared)
-        return {}
     found: dict[str, Any] = {}
     for key, names in _TEXT:
         value = _value(environ, names)
         if value is not None:
             found[key] = value
+    if SLURM_JOB_ID not in found:  # not a Slurm job (or one whose environment was cleared)
+        return {}
     # The requeue count: Slurm sets it from the first requeue on; unset is the first attempt.
     count = _count(environ, env.SLURM_RESTART_COUNT)
     if count is not None:

@@ -98,11 +98,28 @@ DEFAULT_RAW_LIMIT = 4096
 PET_EVENT_LOG_HANDLER = "PET_EVENT_LOG_HANDLER"
 """torchrun's own variable for ``--event-log-handler``."""
 
+# Slurm's variables: trace-id salt and attempt (below), resource attributes
+# (elastic_otel.emit.scheduler_resource).
+SLURM_JOB_ID = "SLURM_JOB_ID"
+SLURM_JOBID = "SLURM_JOBID"
+"""The older spelling Slurm still sets beside ``SLURM_JOB_ID``."""
+SLURM_JOB_NAME = "SLURM_JOB_NAME"
+SLURM_ARRAY_JOB_ID = "SLURM_ARRAY_JOB_ID"
+SLURM_ARRAY_TASK_ID = "SLURM_ARRAY_TASK_ID"
+SLURM_RESTART_COUNT = "SLURM_RESTART_COUNT"
+"""How often Slurm requeued the job; set from the first requeue on (also an attempt counter in
+:data:`SCHEDULER_ATTEMPT_VARIABLES`)."""
+SLURM_JOB_PARTITION = "SLURM_JOB_PARTITION"
+SLURM_CLUSTER_NAME = "SLURM_CLUSTER_NAME"
+SLURMD_NODENAME = "SLURMD_NODENAME"
+"""The node's name in slurm.conf, set in job steps and the batch script."""
+SLURM_STEP_ID = "SLURM_STEP_ID"
+
 # Scheduler job ids used as trace-id salt when ELASTIC_OTEL_JOB_ID is unset, in this order.
 # Kubernetes sets no job id in the environment: map the Job's uid through the downward API
 # (see docs/trace-model.md).
 SCHEDULER_JOB_ID_VARIABLES = (
-    "SLURM_JOB_ID",
+    SLURM_JOB_ID,
     "LSB_JOBID",  # IBM LSF
     "PBS_JOBID",  # PBS / Torque
     "FLUX_JOB_ID",
@@ -111,7 +128,7 @@ SCHEDULER_JOB_ID_VARIABLES = (
 # Scheduler attempt counters used when ELASTIC_OTEL_JOB_ATTEMPT is unset. Slurm counts requeues
 # of one job id; LSF, PBS and Flux expose no count (a resubmission there is a new job id).
 # Kubernetes: map JobSet's restart attempt through the downward API (see docs/trace-model.md).
-SCHEDULER_ATTEMPT_VARIABLES = ("SLURM_RESTART_COUNT",)
+SCHEDULER_ATTEMPT_VARIABLES = (SLURM_RESTART_COUNT,)
 
 ELASTIC_OTEL_METRICS = "ELASTIC_OTEL_METRICS"
 """``false`` leaves torchelastic's metrics alone when the bridge is activated, and reports no
@@ -237,17 +254,3 @@ exporters write. Several processes may share one file."""
 ELASTIC_OTEL_SLURM_RESOURCE = "ELASTIC_OTEL_SLURM_RESOURCE"
 """``false``: no ``slurm.*`` resource attributes from Slurm's environment (default ``true``;
 docs/slurm.md)."""
-SLURM_JOB_ID = "SLURM_JOB_ID"
-SLURM_JOBID = "SLURM_JOBID"
-"""The older spelling Slurm still sets beside ``SLURM_JOB_ID``."""
-SLURM_JOB_NAME = "SLURM_JOB_NAME"
-SLURM_ARRAY_JOB_ID = "SLURM_ARRAY_JOB_ID"
-SLURM_ARRAY_TASK_ID = "SLURM_ARRAY_TASK_ID"
-SLURM_RESTART_COUNT = "SLURM_RESTART_COUNT"
-"""How often Slurm requeued the job; set from the first requeue on (also an attempt counter in
-:data:`SCHEDULER_ATTEMPT_VARIABLES`)."""
-SLURM_JOB_PARTITION = "SLURM_JOB_PARTITION"
-SLURM_CLUSTER_NAME = "SLURM_CLUSTER_NAME"
-SLURMD_NODENAME = "SLURMD_NODENAME"
-"""The node's name in slurm.conf, set in job steps and the batch script."""
-SLURM_STEP_ID = "SLURM_STEP_ID"
