@@ -266,6 +266,8 @@ def report_stacks_and_stall(
         facts[A.STALLED_STATE_KNOWN] = stall.state_known
     if stall.not_reached:
         facts[A.STALLED_NOT_REACHED] = stall.not_reached
+    if stall.left:
+        facts[A.STALLED_LEFT] = stall.left
     facts.update(dump_facts)
     if liveness is not None:
         facts.update(silence_attributes(liveness.silent_nodes()))

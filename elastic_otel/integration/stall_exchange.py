@@ -94,7 +94,9 @@ class StallExchange:
         group = stall_group(stall)
         if group is None or not names_local_culprits(stall):
             return
-        culprit = Culprit(self._host, self._pid, stall.waited_for, frame, stall.not_reached)
+        culprit = Culprit(
+            self._host, self._pid, stall.waited_for, frame, stall.not_reached, stall.left
+        )
         self._request("append", culprits_key(group, stall.number), encode_culprit(culprit))
 
     def close(self) -> None:

@@ -43,6 +43,7 @@ class Culprit:
     ranks: tuple[int, ...]  # global ranks
     frame: str = ""  # the first rank's innermost frame, "f at file.py:LINE"
     not_reached: tuple[int, ...] = ()  # of ``ranks``: issued it, their GPU has not started it
+    left: tuple[int, ...] = ()  # of ``ranks``: left training
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,7 @@ def encode_culprit(culprit: Culprit) -> bytes:
             "r": list(culprit.ranks[:MAX_RANKS]),
             "f": frame,
             "s": list(culprit.not_reached[:MAX_RANKS]),
+            "l": list(culprit.left[:MAX_RANKS]),
         }
         return json.dumps(data, separators=(",", ":")).encode() + b"\n"
 
@@ -137,9 +139,19 @@ def decode_culprits(value: object) -> list[Culprit]:
             continue
         host, pid, frame = data.get("h"), data.get("p"), data.get("f", "")
         ranks, late = _ranks(data.get("r")), _ranks(data.get("s"))
+        left = _ranks(data.get("l", []))
         if not isinstance(host, str) or not _int(pid) or not ranks or not isinstance(frame, str):
             continue
-        out.append(Culprit(host, pid, ranks, frame, tuple(r for r in late if r in ranks)))
+        out.append(
+            Culprit(
+                host,
+                pid,
+                ranks,
+                frame,
+                tuple(r for r in late if r in ranks),
+                tuple(r for r in left if r in ranks),
+            )
+        )
     return out
 
 
@@ -153,6 +165,7 @@ def with_remote_culprits(
         return stall
     ranks = tuple(sorted({r for c in remote for r in c.ranks}))
     late = tuple(sorted({r for c in remote for r in c.not_reached}))
+    left = tuple(sorted({r for c in remote for r in c.left}))
     nodes = list(dict.fromkeys((c.host, c.pid) for c in remote))
     return dataclasses.replace(
         stall,
@@ -161,6 +174,7 @@ def with_remote_culprits(
         remote_pids=tuple(p for _, p in nodes),
         remote_frame=remote[0].frame,
         not_reached=tuple(sorted(set(stall.not_reached) | set(late))),
+        left=tuple(sorted(set(stall.left) | set(left))),
     )
 
 
@@ -181,6 +195,7 @@ def with_waiting_peers(
     return dataclasses.replace(
         stall,
         waited_for=tuple(sorted(behind)),
+        left=tuple(sorted(r.global_rank for r in ranks if r.left and r.global_rank in behind)),
         collective=waiting.collective or "collective",
         number=waiting.number,
         group=name,

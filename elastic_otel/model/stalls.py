@@ -16,7 +16,7 @@ passes the time in).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeGuard
 
 from elastic_otel.model.spans import LogOut, SpanAttributes, SpanRecord
@@ -123,6 +123,7 @@ class RankProgress:
     issued: tuple[tuple[str, int], ...] = ()  # (group key, last collective issued) per group
     state: str | None = None  # ``collective``'s state on the device, where the record says
     members: tuple[int, ...] = ()  # the global ranks of ``group`` (empty: unknown)
+    left: bool = False  # it left training: destroyed its default process group, or exiting
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +138,7 @@ class TrainingStall:
     group: str | None = None  # its process group, where the Flight Recorder says
     backend: str = ""  # the record that says so ("gloo", "nccl")
     not_reached: tuple[int, ...] = ()  # of the ranks waited for: issued it, device not started
+    left: tuple[int, ...] = ()  # of the ranks waited for: left training (uneven inputs)
     state_known: bool = False  # the record tracks the device's start (NCCL with timing)
     # Named by other nodes through the round's store (model/stall_exchange.py): the ranks
     # waited for there, their nodes (host, agent pid) and the first one's innermost frame.
@@ -150,7 +152,15 @@ def rank_progress(
     global_rank: int, progress: WorkerProgress, collectives: CollectiveProgress | None
 ) -> RankProgress:
     """Where a rank is, from its progress record and its Flight Recorder reading (which wins
-    on the collective: it sees all of them; the record adds the marked step)."""
+    on the collective: it sees all of them; the record adds the marked step and whether it
+    left training)."""
+    found = _rank_progress(global_rank, progress, collectives)
+    return replace(found, left=True) if progress.left else found
+
+
+def _rank_progress(
+    global_rank: int, progress: WorkerProgress, collectives: CollectiveProgress | None
+) -> RankProgress:
     groups = collectives.groups if collectives is not None else ()
     if collectives is None or not groups:
         return RankProgress(
@@ -197,11 +207,13 @@ def training_stall(ranks: list[RankProgress], now_ns: int, after_ns: int) -> Tra
     started it; otherwise every other local rank is. With no rank in a collective, ranks behind
     the others' last marked step are waited for. When every local rank waits in the same
     collective, the ranks they wait for are on other nodes: that node's report names them.
-    Training begins with the first collective a local rank enters (or the first step it marks):
-    a slow start (imports, ``init_process_group`` of thousands of ranks) is not a training
-    stall.
+    Training begins with the first collective a local rank enters (or the first step it marks)
+    and ends for a rank when it leaves (destroys its default process group, or exits): neither
+    a slow start (imports, ``init_process_group`` of thousands of ranks) nor a slow exit is a
+    training stall; a rank that left and never issued the collective the others wait in is
+    named as one that left.
     """
-    if not ranks or after_ns <= 0:
+    if not ranks or after_ns <= 0 or all(r.left for r in ranks):
         return None
     if not any(r.entered > 0 or r.step is not None for r in ranks):
         return None  # still starting: training has not begun
@@ -218,20 +230,23 @@ def training_stall(ranks: list[RankProgress], now_ns: int, after_ns: int) -> Tra
         number = max(r.entered for r in inside)
         waiting = [r for r in inside if r.entered == number]
         collective = waiting[0].collective
-    else:
-        steps = [r.step for r in ranks if r.step is not None]
+        waited_for = [r for r in ranks if r not in waiting]
+    else:  # behind in marked steps; a rank that left is behind nobody and waits for nobody
+        training = [r for r in ranks if not r.left]
+        steps = [r.step for r in training if r.step is not None]
         top = max(steps) if steps else None
-        waiting = [r for r in ranks if top is not None and r.step == top] if steps else []
+        waiting = [r for r in training if top is not None and r.step == top] if steps else []
         number, collective = 0, None
-        if len(waiting) == len(ranks):
+        if len(waiting) == len(training):
             waiting = []  # all at the same step, none in a collective: nobody waits on a rank
-    waited_for = [r for r in ranks if r not in waiting] if waiting else []
+        waited_for = [r for r in training if r not in waiting] if waiting else []
     return TrainingStall(
         seconds=seconds,
         waiting=_ranks(waiting),
         waited_for=_ranks(waited_for + not_reached),
         collective=collective,
         number=number,
+        left=_ranks([r for r in waited_for if r.left]),
     )
 
 
@@ -261,6 +276,7 @@ def _group_stall(
         group=group_name(group),
         backend=group.rpartition(":")[0],
         not_reached=_ranks(not_reached),
+        left=_ranks([r for r in never if r.left]),
         state_known=any(state(r) is not None for r in inside),
     )
 
@@ -373,14 +389,18 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
             text += " enqueued, not completed" if unknown else ""
     ranks = attributes.get(A.STALLED_RANKS)
     late = _as_ranks(attributes.get(A.STALLED_NOT_REACHED))
-    never = [r for r in _as_ranks(ranks) if r not in late]
+    left = _as_ranks(attributes.get(A.STALLED_LEFT))
+    never = [r for r in _as_ranks(ranks) if r not in late and r not in left]
     frame = attributes.get(A.STACK_FRAME)
     if collective and not waiting and never and group is not None:
         # Ranks that never issued it, none local waiting: the ones that issued it are elsewhere.
         text += f": ranks on other nodes wait in {which}"
     where = _remote_text(attributes)
     parts = []
-    if never or (ranks and not late):
+    if left:
+        part = f"global rank {_rank_text(left)}" + where + (f" (in {frame})" if frame else "")
+        parts.append(part + ", which left training (destroyed its process group, or exiting)")
+    if never or (ranks and not late and not left):
         named = _rank_text(tuple(never)) if never else _rank_text(ranks)
         part = f"global rank {named}" + where + (f" (in {frame})" if frame else "")
         if group is not None and collective:

@@ -87,6 +87,10 @@ STALLED_NOT_REACHED: Final = "torchelastic.stalled.not_reached"
 """Of the ranks waited for, those that issued the collective and whose device has not started
 it (``scheduled``: their own compute is slow or stuck), where the record tracks the device's
 start (NCCL with ``TORCH_NCCL_ENABLE_TIMING``; an int array)."""
+STALLED_LEFT: Final = "torchelastic.stalled.left"
+"""Of the ranks waited for, those that left training: destroyed their default process group or
+began to exit while the others wait in a collective they never issued (a rank that ran out of
+data first: uneven inputs; an int array)."""
 STALLED_STATE_KNOWN: Final = "torchelastic.stalled.state_known"
 """``true`` when the record tracks the device's start of the collective, so that the ranks
 waiting are inside it on their device; ``false`` on NCCL without timing events."""

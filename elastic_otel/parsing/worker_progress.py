@@ -92,9 +92,15 @@ COLLECTIVES = (
     "all_gather_coalesced",
     "all_gather_single",
     "reduce_scatter_single",
+    "(left training)",
 )
 """``torch.distributed`` functions the worker records, by the index the record stores (0: none).
-Append only: the indices are the file format."""
+Append only: the indices are the file format. :data:`LEFT_TRAINING` is no function: see there."""
+LEFT_TRAINING = COLLECTIVES.index("(left training)")
+"""Stored as the collective, with no call counted, when the training thread destroyed its
+default process group or its interpreter began to exit: past the job's last collective, so a
+worker slow to exit is not a training stall, and a rank the others still wait for is named as
+one that left (a rank that ran out of data first: uneven inputs)."""
 
 MAX_STACK_BYTES = 65536
 """Bytes :func:`read_new_stacks` returns at most per call."""
@@ -136,6 +142,8 @@ class WorkerProgress:
     save_ns: int = 0
     """Blocking time of the checkpoint saves it measured, after its first step."""
     saves: int = 0
+    left: bool = False
+    """The training thread left training (:data:`LEFT_TRAINING`) and marked no step since."""
 
     @property
     def in_collective(self) -> bool:
@@ -201,6 +209,7 @@ def read_progress(directory_or_error_file: str) -> WorkerProgress | None:
         step=step if step >= 0 else None,
         step_ns=step_ns if step >= 0 else None,
         progress_ns=progress,
+        left=index == LEFT_TRAINING and collective is None and (step < 0 or step_ns <= since),
     )
     return _with_extension(progress_record, extension)
 

@@ -38,8 +38,8 @@ _writer = 0
 writer is inside a recorded collective, so that calls made inside it go through."""
 _state = [0, 0, 0]
 """seq, entered, completed: the values last stored, read here rather than from the mapping."""
-# Where mark_step stores, as indices of 8-byte words (set by arm, from the layout).
-_SEQ = _STEP = _STEP_NS = _PROGRESS = 0
+# Where mark_step and leave store, as indices of 8-byte words (set by arm, from the layout).
+_SEQ = _STEP = _STEP_NS = _PROGRESS = _COLLECTIVE = _SINCE = 0
 # The goodput extension's words (set by arm) and what was last stored there.
 _EXT_SEQ = _FIRST_STEP = _FIRST_NS = _CKPT_STEP = _CKPT_NS = _SAVE_NS = _SAVES = 0
 _first_ns = 0
@@ -61,6 +61,7 @@ def arm(path: str, stack_signal: int = 0) -> None:
     left it) and write to it from the calling thread on. ``stack_signal``: the signal the
     worker dumps its stacks on, for the agent (0: none)."""
     global _view, _writer, _fork_hook, _SEQ, _STEP, _STEP_NS, _PROGRESS, _first_ns
+    global _COLLECTIVE, _SINCE
     global _EXT_SEQ, _FIRST_STEP, _FIRST_NS, _CKPT_STEP, _CKPT_NS, _SAVE_NS, _SAVES
     import mmap
 
@@ -119,6 +120,7 @@ def arm(path: str, stack_signal: int = 0) -> None:
     _state[:] = [seq, 0, 0]
     slots = _slots()
     _SEQ, _STEP, _STEP_NS, _PROGRESS = (slots[k] for k in ("seq", "step", "step_ns", "progress_ns"))
+    _COLLECTIVE, _SINCE = slots["collective"], slots["since_ns"]
     ext = {name: EXTENSION_BODY_OFFSET // SEQ.size + i for i, name in enumerate(EXTENSION_FIELDS)}
     _EXT_SEQ, _FIRST_STEP, _FIRST_NS = ext["ext_seq"], ext["first_step"], ext["first_step_ns"]
     _CKPT_STEP, _CKPT_NS = ext["checkpoint_step"], ext["checkpoint_ns"]
@@ -128,6 +130,15 @@ def arm(path: str, stack_signal: int = 0) -> None:
     _writer = _get_ident()
     if not _fork_hook:
         os.register_at_fork(after_in_child=_disarm)
+        # Run when the main thread returns, before the interpreter waits for other threads
+        # and runs atexit handlers (torch's among them): the worker's exit may take a while.
+        import contextlib
+        import threading
+
+        register = getattr(threading, "_register_atexit", None)
+        if register is not None:
+            with contextlib.suppress(RuntimeError):  # the interpreter is shutting down already
+                register(leave)
         _fork_hook = True
 
 
@@ -164,6 +175,24 @@ def mark_step(step: int) -> None:
         view[_SEQ] = _state[0] = seq + 2
         if not _first_ns:
             _mark_first(view, step, now)
+    except Exception:
+        pass
+
+
+def leave() -> None:
+    """Record that the training thread left training: it destroyed its default process group,
+    or the interpreter began to exit (:data:`~elastic_otel.parsing.worker_progress.LEFT_TRAINING`).
+    A no-op outside an armed worker or on another thread; never raises."""
+    if _view is None or _get_ident() != _writer:
+        return
+    from elastic_otel.parsing.worker_progress import LEFT_TRAINING
+
+    view, seq = _view, _state[0]
+    try:
+        view[_SEQ] = seq + 1
+        view[_COLLECTIVE] = LEFT_TRAINING
+        view[_SINCE] = _time_ns()
+        view[_SEQ] = _state[0] = seq + 2
     except Exception:
         pass
 
@@ -373,18 +402,37 @@ def _parameters(function: Callable[..., Any]) -> tuple[str, str, dict[str, Any]]
     return ", ".join(parameters), ", ".join(arguments), defaults
 
 
+def _wrap_destroy(function: _F, index: int) -> _F:
+    """``destroy_process_group``: destroying the default group (no ``group``) leaves training,
+    recorded as it begins (a teardown that hangs is not a training stall); a subgroup's does
+    not."""
+    import functools
+
+    def destroy_process_group(group: Any = None) -> Any:
+        if group is None:
+            leave()
+        return function(group)
+
+    functools.update_wrapper(destroy_process_group, function)
+    setattr(destroy_process_group, _WRAPPED_MARK, index)
+    return destroy_process_group  # type: ignore[return-value]
+
+
+_DESTROY = "destroy_process_group"
+
+
 def wrap_collectives(module: ModuleType, *copies: ModuleType | None) -> list[str]:
-    """Wrap the collectives ``module`` (``torch.distributed.distributed_c10d``) has, in place;
-    in ``copies`` (modules that imported them already), replace the originals too. The names
-    wrapped."""
-    from elastic_otel.parsing.worker_progress import COLLECTIVES
+    """Wrap the collectives ``module`` (``torch.distributed.distributed_c10d``) has, and its
+    ``destroy_process_group``, in place; in ``copies`` (modules that imported them already),
+    replace the originals too. The names wrapped."""
+    from elastic_otel.parsing.worker_progress import COLLECTIVES, LEFT_TRAINING
 
     wrapped = []
-    for index, name in enumerate(COLLECTIVES):
+    for index, name in [*enumerate(COLLECTIVES), (LEFT_TRAINING, _DESTROY)]:
         original = module.__dict__.get(name) if index else None
         if not callable(original) or hasattr(original, _WRAPPED_MARK):
             continue
-        wrapper = wrap(original, index)
+        wrapper = _wrap_destroy(original, index) if name == _DESTROY else wrap(original, index)
         setattr(module, name, wrapper)
         for copy in copies:
             if copy is not None and copy.__dict__.get(name) is original:

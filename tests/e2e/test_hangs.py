@@ -112,11 +112,15 @@ def test_a_hang_with_marked_steps(grpc_receiver: OtlpReceiver, tmp_path: Path) -
 
 
 def test_a_slow_job_is_not_a_stall(grpc_receiver: OtlpReceiver, tmp_path: Path) -> None:
-    env = job_env(grpc_receiver, tmp_path, STEP_SECONDS="1.5", STEPS="5", MARK_STEP="1")
-    env["ELASTIC_OTEL_STALL_AFTER"] = str(STALL_AFTER_S)  # steps of 1.5 s, 7.5 s in all
+    # steps of 1.5 s, 7.5 s in all, then 4 s more after destroy_process_group (left training)
+    env = job_env(
+        grpc_receiver, tmp_path, STEP_SECONDS="1.5", STEPS="5", MARK_STEP="1", EXIT_SECONDS="4"
+    )
+    env["ELASTIC_OTEL_STALL_AFTER"] = str(STALL_AFTER_S)
     port, run_id = free_port(), f"slow-{uuid.uuid4().hex[:6]}"
     agents = [start_agent(env, port, run_id, nproc=2, script=SCRIPT) for _ in range(2)]
     results = [agent.wait(120) for agent in agents]
     assert [rc for rc, _ in results] == [0, 0], [out[-2000:] for _, out in results]
     grpc_receiver.wait_for_spans(4, timeout=30, where=lambda s: s["name"] == A.SPAN_WORKER)
-    assert not [r for r in grpc_receiver.logs() if _is_training_stall(r)]
+    stalls = [r for r in grpc_receiver.logs() if _is_training_stall(r)]
+    assert not stalls, [(r["body"], r["attributes"]) for r in stalls]

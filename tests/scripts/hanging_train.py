@@ -1,8 +1,9 @@
 """A training script whose rank ``HANG_RANK`` stops at step 3 (a sleep standing in for a
 stuck data loader or a deadlock) while every other rank waits for it inside an
 ``all_reduce`` (gloo): the hang of issue 20. ``STEP_SECONDS`` makes every step slow instead
-(a job that is slow, not stalled); ``MARK_STEP=1`` marks each step with
-``elastic_otel.mark_step``. No ``@record`` and no other code for the bridge.
+(a job that is slow, not stalled), and ``EXIT_SECONDS`` its end (work after the process group
+is gone); ``MARK_STEP=1`` marks each step with ``elastic_otel.mark_step``. No ``@record`` and no
+other code for the bridge.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def main() -> None:
             time.sleep(step_seconds)
         dist.all_reduce(tensor)
     dist.destroy_process_group()
+    time.sleep(float(os.environ.get("EXIT_SECONDS", "0")))
 
 
 if __name__ == "__main__":

@@ -757,9 +757,15 @@ class OtlpReceiver:
         with self._cond:
             counts = {s: len(v) for s, v in self._items.items()}
             names = sorted({i["name"] for i in self._items["traces"] + self._items["metrics"]})
+            # what the bridge said that matters most, so that a timeout in CI explains itself
+            warnings = [
+                f"{i['event_name']}: {str(i['body'])[:300]}"
+                for i in self._items["logs"]
+                if i.get("severity_number", 0) >= 13
+            ][-12:]
             return (
                 f"received {counts}, attempts {self._attempts}, dropped {self._dropped}, "
-                f"span/metric names {names[:20]}"
+                f"span/metric names {names[:20]}, last WARN+ log records {warnings}"
             )
 
     # ---- core -----------------------------------------------------------------------------

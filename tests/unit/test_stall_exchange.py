@@ -68,6 +68,11 @@ def test_entries_are_bounded_and_garbage_reads_as_nothing() -> None:
     for bad in (b"", b"[]", b'{"n": 0, "c": "x"}', b'{"n": true, "c": "x"}', b"x" * 300):
         assert decode_waiting(bad) is None
     assert decode_waiting(b'{"n": 3, "c": "all_reduce"}') is not None
+    # the ranks that left training travel with the entry; one it does not name is dropped
+    left = Culprit("host-a", 4700, (1, 3), FRAME, (), (3, 5))
+    assert decode_culprits(encode_culprit(left)) == [
+        Culprit("host-a", 4700, (1, 3), FRAME, (), (3,))
+    ]
 
 
 def _store() -> tuple[dist.TCPStore, dist.PrefixStore]:

@@ -69,6 +69,35 @@ def test_no_stall_while_anyone_progresses_or_before_training_begins() -> None:
     assert training_stall([], 61 * S, AFTER) is None
 
 
+def test_a_rank_that_left_training_is_no_stall_but_is_named_when_waited_for() -> None:
+    """A rank that destroyed its process group or is exiting is past training: ranks slow to
+    exit are no stall; a rank that left while the others wait in a collective it never
+    entered (it ran out of data first: uneven inputs) is the one waited for, said so."""
+    exiting = [RankProgress(r, None, 9, 4, 10 * S, left=True) for r in (0, 1)]
+    assert training_stall(exiting, 600 * S, AFTER) is None
+    one_slow = [exiting[0], RankProgress(1, None, 9, 4, 10 * S)]  # not left: behind nobody
+    stall = training_stall(one_slow, 75 * S, AFTER)
+    assert stall is not None and (stall.waiting, stall.waited_for, stall.left) == ((), (), ())
+    uneven = [rank(0, "all_reduce", 10, at=10 * S), RankProgress(1, None, 9, 4, 10 * S, left=True)]
+    stall = training_stall(uneven, 75 * S, AFTER)
+    assert stall is not None
+    assert (stall.waiting, stall.waited_for, stall.left) == ((0,), (1,), (1,))
+    attributes = {
+        A.STALLED_SECONDS: 65.0,
+        A.STALLED_WAITING: (0,),
+        A.STALLED_RANKS: (1,),
+        A.STALLED_LEFT: (1,),
+        A.STALLED_COLLECTIVE: "all_reduce",
+        A.STALLED_COLLECTIVE_NUMBER: 10,
+        A.STACK_FRAME: "main at train.py:40",
+    }
+    assert describe_training_stall(attributes) == (
+        "stalled 65 s in training: global ranks 0 wait in all_reduce #10; waiting for global "
+        "rank 1 (in main at train.py:40), which left training (destroyed its process group, or "
+        "exiting)"
+    )
+
+
 def test_a_reports_ranks_reach_the_collector_as_int_arrays(
     monkeypatch: pytest.MonkeyPatch, grpc_receiver: OtlpReceiver, make_logger
 ) -> None:

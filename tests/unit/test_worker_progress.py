@@ -482,7 +482,8 @@ def test_mark_step_other_threads_and_forked_children_leave_the_record_alone(
     assert progress.pid == worker["pid"]
     assert (progress.entered, progress.completed, progress.collective) == (1, 1, None)
     assert progress.step == 4 and progress.step_ns is not None
-    assert progress.progress_ns == progress.step_ns >= progress.since_ns
+    # the worker's exit left training (since then), not the child's
+    assert progress.progress_ns == progress.step_ns <= progress.since_ns and progress.left
     assert (error_file.parent / env.WORKER_STACKS_FILE).read_text() == ""
 
 
@@ -569,7 +570,8 @@ def test_collectives_are_wrapped_as_torch_imports_them_and_counted(
         def report(label):
             p = read_progress(directory)
             print(json.dumps({{"label": label, "entered": p.entered, "completed": p.completed,
-                              "collective": p.collective, "step": p.step}}), flush=True)
+                              "collective": p.collective, "step": p.step, "left": p.left}}),
+                  flush=True)
 
         wrapped = sorted(n for n in COLLECTIVES[1:] if hasattr(getattr(c10d, n, None),
                          "_elastic_otel_collective"))
@@ -618,7 +620,13 @@ def test_collectives_are_wrapped_as_torch_imports_them_and_counted(
         except Exception as e:
             print(json.dumps({{"raised": type(e).__name__}}))
         report("raised")
+        sub = dist.new_group([0])
+        dist.destroy_process_group(sub)  # a subgroup's: training goes on
+        report("subgroup destroyed")
         dist.destroy_process_group()
+        report("destroyed")
+        elastic_otel.mark_step(9)  # a step marked after it: back in training
+        report("stepped again")
         """,
     )
     done = run(script, agent_environment(error_file))
@@ -652,6 +660,14 @@ def test_collectives_are_wrapped_as_torch_imports_them_and_counted(
     assert any("raised" in line for line in lines)
     assert delta("raised") == (8, 8)  # raised: completed all the same
     assert all(line["collective"] is None for line in counts.values())
+    # destroying the default group leaves training; no call counted, a subgroup's stays in it
+    assert [counts[k]["left"] for k in ("raised", "subgroup destroyed", "destroyed")] == [
+        False,
+        False,
+        True,
+    ]
+    assert counts["destroyed"]["entered"] == counts["subgroup destroyed"]["entered"]
+    assert counts["stepped again"]["left"] is False
 
 
 HANG = """
@@ -759,6 +775,9 @@ def test_a_record_left_by_a_process_that_exits(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     progress = read_progress(str(tmp_path))
     assert progress is not None and (progress.step, progress.stack_signal) == (9, 12)
+    # its interpreter's exit left training: a slow exit is no training stall
+    assert progress.left and progress.step_ns is not None
+    assert progress.step_ns <= progress.since_ns
     assert struct.unpack_from("<4s", path.read_bytes())[0] == wp.MAGIC
     assert path.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == [env.WORKER_PROGRESS_FILE]
