@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -32,7 +31,9 @@ from tests.support.jobs import (
     NCCL_STANDIN,
     SCRIPTS,
     Agent,
+    hosting_the_store,
     job_env,
+    outputs_after_stopping,
     start_agent,
     stop_agents,
 )
@@ -113,7 +114,10 @@ def _hang(
         # Every node names rank 1: node 0 (ranks 0 and 1) from its own ranks, node 1 (ranks 2
         # and 3, all waiting) from what node 0 left in the round's store, within a poll of
         # both node 0's naming and node 1's own first report (its stall may begin later).
-        receiver.wait_until(lambda: named([0]) and named([2, 3]), 120)
+        try:
+            receiver.wait_until(lambda: named([0]) and named([2, 3]), 120)
+        except TimeoutError as timeout:
+            raise AssertionError(f"{timeout}\n{outputs_after_stopping(agents)}") from None
         ours, theirs_first = named([0])[0], named([2, 3])[0]
         node1_first = next(
             r
@@ -285,7 +289,7 @@ def test_a_frozen_node_is_named_by_its_silent_keep_alives(
     )
     frozen = None
     try:
-        time.sleep(1.0)  # the first agent binds the endpoint: it hosts the store
+        hosting_the_store(host, port)
         frozen = start_agent(env, port, run_id, nproc=1, script=SCRIPT, extra_args=conf)
 
         def training() -> bool:  # the DDP model's all-reduces run on the host's ranks

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pytest
 
 from elastic_otel.cli.otlp_json_reader import decode_line
 from elastic_otel.names import attributes as A
-from tests.support.jobs import ROOT, job_env, start_agent
+from tests.support.jobs import ROOT, hosting_the_store, job_env, start_agent
 from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
@@ -51,7 +50,7 @@ def test_lost_host_is_shown_lost_with_its_last_heard_time(
     port, run_id = free_port(), f"lost-{uuid.uuid4().hex[:4]}"
     args = ("--nnodes=1:2", "--max-restarts=1", "--rdzv-conf=last_call_timeout=2")
     survivor = start_agent(env, port, run_id, nnodes="1:2", extra_args=args[1:])
-    time.sleep(2)  # the survivor binds the endpoint first: it hosts the store
+    hosting_the_store(survivor, port)
     doomed = start_agent(env, port, run_id, nnodes="1:2", extra_args=args[1:])
     victims: list[int] = []
     try:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from elastic_otel.names import attributes as A
-from tests.support.jobs import ROOT, TORCHRUN, job_env, run_script
+from tests.support.jobs import ROOT, TORCHRUN, job_env, listening, run_script
 from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
@@ -129,11 +128,6 @@ def wait_for(what: str, check: Callable[[], object], timeout: float, job: Job) -
             logs = {name: job.output(name)[-3000:] for name in job.agents}
             raise AssertionError(f"timed out after {timeout}s waiting for {what}: {logs}")
         time.sleep(0.1)
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -73,6 +74,39 @@ class Agent:
                 out = ""
             raise AssertionError(f"torchrun did not finish in {timeout}s:\n{out[-4000:]}") from None
         return self.proc.returncode, out
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on localhost ``port``."""
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def hosting_the_store(agent: Agent, port: int, timeout: float = 90) -> None:
+    """Return once ``agent``, started first, listens on the rendezvous endpoint ``port``: it
+    hosts the round's store (c10d). A fixed sleep is not enough on a loaded machine, where
+    torchrun takes seconds to import torch, and the second agent would host it instead."""
+    deadline = time.monotonic() + timeout
+    while not listening(port):
+        if agent.proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"the first agent does not host the store on {port}")
+        time.sleep(0.1)
+
+
+def outputs_after_stopping(agents: list[Agent], chars: int = 3000) -> str:
+    """Stop ``agents`` (:func:`stop_agents`) and return the end of each one's output: what a
+    failed wait on a running job adds to its message."""
+    stop_agents(agents)
+    tails = []
+    for i, agent in enumerate(agents):
+        try:
+            out, _ = agent.proc.communicate(timeout=10)
+        except (subprocess.TimeoutExpired, ValueError):  # workers hold the pipe; read already
+            out = ""
+        tails.append(
+            f"--- agent {i} (pid {agent.proc.pid}, rc {agent.proc.returncode}):\n{out[-chars:]}"
+        )
+    return "\n".join(tails)
 
 
 def stop_agents(agents: list[Agent]) -> None:
