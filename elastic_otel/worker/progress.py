@@ -40,6 +40,8 @@ _state = [0, 0, 0]
 """seq, entered, completed: the values last stored, read here rather than from the mapping."""
 # Where mark_step and leave store, as indices of 8-byte words (set by arm, from the layout).
 _SEQ = _STEP = _STEP_NS = _PROGRESS = _COLLECTIVE = _SINCE = 0
+_LEFT = 0
+"""LEFT_TRAINING (set by arm): resolved there, not at the interpreter's exit."""
 # The goodput extension's words (set by arm) and what was last stored there.
 _EXT_SEQ = _FIRST_STEP = _FIRST_NS = _CKPT_STEP = _CKPT_NS = _SAVE_NS = _SAVES = 0
 _first_ns = 0
@@ -61,7 +63,7 @@ def arm(path: str, stack_signal: int = 0) -> None:
     left it) and write to it from the calling thread on. ``stack_signal``: the signal the
     worker dumps its stacks on, for the agent (0: none)."""
     global _view, _writer, _fork_hook, _SEQ, _STEP, _STEP_NS, _PROGRESS, _first_ns
-    global _COLLECTIVE, _SINCE
+    global _COLLECTIVE, _SINCE, _LEFT
     global _EXT_SEQ, _FIRST_STEP, _FIRST_NS, _CKPT_STEP, _CKPT_NS, _SAVE_NS, _SAVES
     import mmap
 
@@ -75,6 +77,7 @@ def arm(path: str, stack_signal: int = 0) -> None:
         EXTENSION_MAGIC,
         EXTENSION_VERSION,
         HEADER,
+        LEFT_TRAINING,
         MAGIC,
         NO_STEP,
         SEQ,
@@ -120,7 +123,7 @@ def arm(path: str, stack_signal: int = 0) -> None:
     _state[:] = [seq, 0, 0]
     slots = _slots()
     _SEQ, _STEP, _STEP_NS, _PROGRESS = (slots[k] for k in ("seq", "step", "step_ns", "progress_ns"))
-    _COLLECTIVE, _SINCE = slots["collective"], slots["since_ns"]
+    _COLLECTIVE, _SINCE, _LEFT = slots["collective"], slots["since_ns"], LEFT_TRAINING
     ext = {name: EXTENSION_BODY_OFFSET // SEQ.size + i for i, name in enumerate(EXTENSION_FIELDS)}
     _EXT_SEQ, _FIRST_STEP, _FIRST_NS = ext["ext_seq"], ext["first_step"], ext["first_step_ns"]
     _CKPT_STEP, _CKPT_NS = ext["checkpoint_step"], ext["checkpoint_ns"]
@@ -185,12 +188,10 @@ def leave() -> None:
     A no-op outside an armed worker or on another thread; never raises."""
     if _view is None or _get_ident() != _writer:
         return
-    from elastic_otel.parsing.worker_progress import LEFT_TRAINING
-
     view, seq = _view, _state[0]
     try:
         view[_SEQ] = seq + 1
-        view[_COLLECTIVE] = LEFT_TRAINING
+        view[_COLLECTIVE] = _LEFT
         view[_SINCE] = _time_ns()
         view[_SEQ] = _state[0] = seq + 2
     except Exception:
