@@ -115,22 +115,27 @@ def report_outcomes(
         if worker.global_rank in ended:
             end, report = ended[worker.global_rank]
             kind = classify(end)
-            failure = failures[worker.global_rank]
-            words, fault = last_output(getattr(agent, "_pcontext", None), worker.local_rank, output)
+            # None: a worker torch counted as a success that the bridge found to have left the
+            # job first (model/worker_outcomes.early_exits)
+            failure = failures.get(worker.global_rank)
+            exit_code = failure.exitcode if failure is not None else end.exit_code
+            pcontext = getattr(agent, "_pcontext", None)
+            words, fault = last_output(pcontext, worker.local_rank, output)
             raw_error = None
             if kind != A.KIND_STOPPED:
-                error = worker_error(report, failure.exitcode, fault)
+                error = worker_error(report, exit_code, fault)
                 data = getattr(failure, "error_file_data", None)
                 # torch's own error file, as torch's final events carry it
                 raw_error = json.dumps(data) if error is None and data else None
+            pid = failure.pid if failure is not None else _pid(pcontext, worker.local_rank)
             event = construct(
                 agent,
                 KIND_STATES[kind].value,
                 EventSource.WORKER,
                 worker,
                 raw_error=raw_error,
-                exit_code=failure.exitcode,
-                worker_pid=failure.pid,
+                exit_code=exit_code,
+                worker_pid=pid,
             )
             attributes = outcome_attributes(end, kind, root_rank, words, oom)
             attributes.update((collective or {}).get(worker.global_rank, {}))
@@ -142,6 +147,14 @@ def report_outcomes(
             continue  # still running: it ends when the agent stops it (stop_workers)
         attributes[A.OBSERVED_BY] = OBSERVED_BY_MONITOR
         send(handler, event, timestamp_ms, attributes, error)
+
+
+def _pid(pcontext: Any, local_rank: int) -> int | None:
+    try:
+        pid = pcontext.pids().get(local_rank)
+    except Exception:
+        return None
+    return pid if isinstance(pid, int) else None
 
 
 def report_step(

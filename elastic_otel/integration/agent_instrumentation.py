@@ -258,7 +258,7 @@ def _close_wrapper(observer: AgentObserver, handler: OtelHandler, _: str) -> Wra
     def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         def close(self: Any, death_sig: Any = None, timeout: int = 30) -> Any:
             try:
-                observer.closing(self)
+                observer.closing(self, handler)
             except Exception:  # never the agent's problem
                 _logger.debug("elastic-otel: close not observed", exc_info=True)
             result = original(self, death_sig, timeout)

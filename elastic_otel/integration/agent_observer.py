@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_otel.bridge.handler import OtelHandler
@@ -51,7 +51,9 @@ from elastic_otel.model.worker_outcomes import (
     RESTART_CAUSES,
     Closing,
     Ended,
+    ExitedWorker,
     FailedWorker,
+    early_exits,
     failure_time_ns,
     oom_kills_rose,
     recovery_attributes,
@@ -59,7 +61,7 @@ from elastic_otel.model.worker_outcomes import (
     worker_ends,
 )
 from elastic_otel.names.torch_names import WorkerState
-from elastic_otel.parsing.worker_progress import WorkerProgress
+from elastic_otel.parsing.worker_progress import WorkerProgress, read_progress
 from elastic_otel.parsing.worker_reports import read_worker_report
 
 _logger = logging.getLogger("elastic_otel")
@@ -79,6 +81,8 @@ class AgentState:
     closing_of: weakref.ref[Any] | None = None
     goodput: AgentGoodput | None = None
     """Its goodput ledger (:mod:`elastic_otel.integration.goodput`)."""
+    left_early: set[int] = field(default_factory=set)
+    """The global ranks of its current workers reported as having left the job first."""
 
     def closing_of_context(self, pcontext: Any) -> Closing | None:
         """:attr:`closing`, if it is ``pcontext``'s."""
@@ -108,15 +112,21 @@ class AgentObserver:
 
     def state_of_context(self, pcontext: Any) -> AgentState | None:
         """The state of the agent whose current process context is ``pcontext``."""
+        agent = self._agent_of_context(pcontext)
+        return self.state(agent) if agent is not None else None
+
+    def _agent_of_context(self, pcontext: Any) -> Any:
         with self._lock:
-            agents = list(self._agents.items())
-        return next((s for a, s in agents if getattr(a, "_pcontext", None) is pcontext), None)
+            agents = list(self._agents)
+        return next((a for a in agents if getattr(a, "_pcontext", None) is pcontext), None)
 
     # --- torch's agent, step by step ---------------------------------------------------------
 
     def workers_starting(self, agent: Any) -> None:
         """torch is about to start ``agent``'s workers: the OOM-kill count before them."""
-        self.state(agent).oom_kills = oom_kill_count()
+        state = self.state(agent)
+        state.oom_kills = oom_kill_count()
+        state.left_early.clear()
 
     def outcomes(self, handler: OtelHandler, agent: Any, worker_group: Any, result: Any) -> None:
         """The monitor saw the group FAILED or SUCCEEDED: date the failures, end the attempt
@@ -136,6 +146,10 @@ class AgentObserver:
             pids = {r: f.pid for r, f in failures.items() if isinstance(f.pid, int)}
             pcontext = getattr(agent, "_pcontext", None)
             ended, collective = nccl_story(pcontext, workers, ended, pids)
+            if root_cause([e for e, _ in ended.values()]) is None:
+                early = _left_early(pcontext, worker_group, ended, state.left_early)
+                state.left_early.update(early)
+                ended.update(early)
         ends = [e for e, _ in ended.values()]
         failed_ns = failure_time_ns(ends)
         if state_name == WorkerState.FAILED and failed_ns is not None:
@@ -196,9 +210,10 @@ class AgentObserver:
         except Exception:  # never the agent's problem
             _logger.debug("elastic-otel: workers not watched", exc_info=True)
 
-    def closing(self, pcontext: Any) -> None:
+    def closing(self, pcontext: Any, handler: OtelHandler) -> None:
         """torch begins to close ``pcontext``: which workers had ended on their own by now
-        (the first close only); after a failure or a signal, the workers' stacks first."""
+        (the first close only); after a failure or a signal, the workers' stacks first; a
+        worker that left the job first, as the root cause."""
         failures = getattr(pcontext, "_failures", None)  # SubprocessContext's
         state = self.state_of_context(pcontext)
         if state is not None and state.closing_of_context(pcontext) is None:
@@ -209,6 +224,7 @@ class AgentObserver:
         # signal (torch's SignalException being handled): the victims' last stacks first
         raised = sys.exc_info()[1]
         failed = bool(failures) or raised is not None
+        self._left_early_at_close(handler, pcontext)
         self.watch.before_stop(pcontext, failed)
         if state is not None and type(raised).__name__ == SIGNAL_EXCEPTION:
             self._signalled(state)
@@ -241,6 +257,34 @@ class AgentObserver:
             for rank, failure in failures.items()
         ]
         return worker_ends(failed, state.closing_of_context(pcontext), now_ns)
+
+    def _left_early_at_close(self, handler: OtelHandler, pcontext: Any) -> None:
+        """torch closes the group for no failure it saw (another node's failure or arrival,
+        a signal) while a worker that left the job first is gone and another still trains:
+        that worker is reported as the root cause before the others are stopped."""
+        agent = self._agent_of_context(pcontext)
+        if agent is None or not reports_to_handler(agent, handler):
+            return
+        state, worker_group = self.state(agent), agent._worker_group
+        early = _left_early(pcontext, worker_group, {}, state.left_early, time.time_ns())
+        if not early:
+            return
+        state.left_early.update(early)
+        root = root_cause([e for e, _ in early.values()])
+        root_rank = root.global_rank if root is not None else None
+        report_outcomes(
+            agent,
+            handler,
+            worker_group,
+            WorkerState.FAILED,
+            {},
+            {},
+            early,
+            root_rank,
+            False,
+            time.time() * 1000.0,
+            self.output,
+        )
 
     def _oom_killed(self, state: AgentState, ends: list[WorkerEnd]) -> bool:
         """Whether the cgroup's OOM-kill count rose since the workers started (or since the
@@ -320,3 +364,31 @@ class AgentObserver:
             exchange,
             store=getattr(worker_group, "store", None) if settings.stall_exchange else None,
         )
+
+
+def _left_early(
+    pcontext: Any, worker_group: Any, ended: Ended, reported: set[int], now_ns: int = 0
+) -> Ended:
+    """The workers that left the job first (:func:`~elastic_otel.model.worker_outcomes.
+    early_exits`): before the first failure of ``ended``, else (``now_ns``: torch closes
+    the group without a failure it knows of) before now, while another worker still
+    trains. ``reported``: ranks said already."""
+    handlers = getattr(pcontext, "subprocess_handlers", None) or {}
+    error_files = getattr(pcontext, "error_files", None) or {}
+    exited, training = [], False
+    for worker in worker_group.workers:
+        process = getattr(handlers.get(worker.local_rank), "proc", None)
+        path = error_files.get(worker.local_rank)
+        if worker.global_rank in ended or process is None or not path:
+            continue
+        progress = read_progress(os.path.dirname(path))
+        left = progress is not None and progress.pid == process.pid and progress.left
+        since = progress.since_ns if left and progress is not None else None
+        code = process.poll()
+        training = training or (since is None and code is None)
+        if worker.global_rank not in reported:
+            exited.append(ExitedWorker(worker.global_rank, code, since))
+    failed_ns = failure_time_ns([e for e, _ in ended.values()])
+    if failed_ns is None and now_ns and training:
+        failed_ns = now_ns
+    return {e.global_rank: (e, None) for e in early_exits(exited, failed_ns)}

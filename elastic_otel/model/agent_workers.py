@@ -40,6 +40,7 @@ _FAILURE_FACTS = frozenset(
         A.ERROR_TYPE,
         A.PROCESS_EXIT_CODE,
         A.OOM_KILL,
+        A.LEFT_TRAINING,
         A.AGENT_RESTARTS,
     }
 )
@@ -80,6 +81,7 @@ _SPAN_KEYS = (
     A.OBSERVED_BY,
     A.FAILURE_KIND,
     A.OOM_KILL,
+    A.LEFT_TRAINING,
 )
 
 
@@ -275,6 +277,10 @@ def _failed(span: SpanRecord, ev: ElasticEvent, code: object) -> None:
     instrumentation's classification): ERROR, ``error.type``, what killed it (a collective
     timeout: which collective, :mod:`elastic_otel.model.collective_timeouts`)."""
     span.record_error(ev)
+    if ev.attributes.get(A.LEFT_TRAINING) is True:  # left the job first: no exception
+        span.attributes[A.ERROR_TYPE] = A.ERROR_TYPE_LEFT_TRAINING
+        span.status_message = str(ev.attributes.get(A.END_REASON) or "")
+        return
     err = ev.error
     span.attributes.update(_collective_facts(ev))
     collective = collective_timeouts.describe(ev.attributes)

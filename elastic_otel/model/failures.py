@@ -53,6 +53,8 @@ class WorkerEnd:
     exception_type: str | None = None
     message: str | None = None
     time_ns: int = 0
+    left_training: bool = False
+    """It left training while its peers trained, and did not fail (``early_exits``)."""
     kind: str | None = None
     """Decided from what its peers show (:mod:`elastic_otel.model.collective_timeouts`: a rank
     that never entered the collective they timed out in); ``None``: from its own end."""

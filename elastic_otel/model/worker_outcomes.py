@@ -85,6 +85,45 @@ def worker_ends(failed: Iterable[FailedWorker], closing: Closing | None, now_ns:
     return dated_by_victims(ended)
 
 
+EARLY_EXIT = (
+    "left the job while its peers were still training (a rank with fewer batches than its peers?)"
+)
+"""The status of a worker that left the job first: torch counts its exit as a success."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExitedWorker:
+    """A worker of a failed group that torch did not count as failed: its exit code (``None``:
+    still running, as while it exits) and when its progress record says it left training
+    (``None``: it did not)."""
+
+    global_rank: int
+    exit_code: int | None
+    left_ns: int | None
+
+
+def early_exits(workers: Iterable[ExitedWorker], failed_ns: int | None) -> list[WorkerEnd]:
+    """The root cause of a failure whose failed workers are all victims: the workers that left
+    training before the first of them died and did not fail (exited with code 0, or still
+    exiting). On gloo a peer's exit closes its connections and the ranks still in training
+    fail in their next collective (uneven inputs: one rank ran out of data first); torch
+    counts the exit as a success."""
+    if failed_ns is None:
+        return []
+    return [
+        WorkerEnd(
+            global_rank=w.global_rank,
+            exit_code=w.exit_code,
+            message=EARLY_EXIT,
+            time_ns=w.left_ns,
+            left_training=True,
+            kind=A.KIND_ROOT_CAUSE,
+        )
+        for w in workers
+        if w.exit_code in (0, None) and w.left_ns is not None and w.left_ns < failed_ns
+    ]
+
+
 def dated_by_victims(ended: Ended) -> Ended:
     """A death no report dates (a SIGKILL) is dated when its agent saw it, up to a monitor
     interval late; when every dated death of the node is a victim's, it died no later than
@@ -128,6 +167,9 @@ def outcome_attributes(
         attrs[A.STOPPED_AFTER] = root_rank
     if oom and kind == A.KIND_ROOT_CAUSE and end.exit_code == -signal.SIGKILL:
         attrs[A.OOM_KILL] = True
+    if end.left_training:  # no exception: what it did is the span's status
+        attrs[A.LEFT_TRAINING] = True
+        attrs[A.END_REASON] = end.message
     return attrs
 
 

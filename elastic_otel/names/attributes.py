@@ -177,6 +177,11 @@ FAILURE_KIND: Final = "torchelastic.failure.kind"
 its own: an exception, or a signal its agent did not send), ``peer_failure`` (its collective
 failed because a peer died) or ``stopped`` (its agent stopped it after another worker failed).
 Only a ``root_cause`` worker span is ERROR."""
+LEFT_TRAINING: Final = "torchelastic.left_training"
+"""On a root-cause worker: ``true`` when it left training (destroyed its process group, or
+exited) while its peers were still training, which then failed without it; torch counted its
+exit as a success. Its ``error.type`` is :data:`ERROR_TYPE_LEFT_TRAINING`."""
+ERROR_TYPE_LEFT_TRAINING: Final = "left_training"
 KIND_ROOT_CAUSE: Final = "root_cause"
 KIND_PEER_FAILURE: Final = "peer_failure"
 KIND_STOPPED: Final = "stopped"

@@ -190,6 +190,8 @@ def leave() -> None:
         return
     view, seq = _view, _state[0]
     try:
+        if view[_COLLECTIVE] == _LEFT and view[_STEP_NS] <= view[_SINCE]:
+            return  # left already (destroy_process_group, then the exit): keep when
         view[_SEQ] = seq + 1
         view[_COLLECTIVE] = _LEFT
         view[_SINCE] = _time_ns()

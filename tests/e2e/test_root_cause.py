@@ -12,18 +12,35 @@ The job exports exceptions as the semantic conventions now record them
 (``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN=logs``): each root cause's exception is its log record,
 named ``exception``, in its span's context, and no span carries an ``exception`` event; the
 timeline reads them from there.
+
+A job of its own, one node: rank 1 runs out of data (leaves its loop, destroys its process group
+and exits with code 0, which torch counts as a success) while rank 0 waits for it; rank 0 fails
+in its collective, and rank 1 is the root cause.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
+from elastic_otel.cli.timeline.analysis.build import build_timeline
+from elastic_otel.cli.timeline.render.text import render_text
+from elastic_otel.model.worker_outcomes import EARLY_EXIT
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import STATUS_PREFIX
-from tests.support.jobs import SCRIPTS, ExportedJob, run_exported_job, span_attr
+from tests.support.jobs import (
+    SCRIPTS,
+    ExportedJob,
+    job_env,
+    run_exported_job,
+    span_attr,
+    start_agent,
+)
+from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -64,7 +81,7 @@ def test_worker_failure_and_restart_are_visible(job: ExportedJob) -> None:
     rounds: dict[int, set[str]] = defaultdict(set)
     for s in joins:
         rounds[span_attr(s, A.ROUND)].add(s["trace_id"])
-    assert sorted(rounds) == list(range(len(CASES) + 1))
+    assert sorted(rounds) == list(range(len(CASES) + 1)), job.timeline
     assert all(len(v) == 1 for v in rounds.values()), rounds
     workers = [s for s in job.spans if s["name"] == A.SPAN_WORKER]
     attempts = [[w for w in workers if w["trace_id"] in rounds[r]] for r in sorted(rounds)]
@@ -88,7 +105,7 @@ def test_only_the_rank_that_failed_first_is_an_error(how: str, job: ExportedJob)
     culprits = sorted(
         (w for w in spans if span_attr(w, A.STATE) == "FAILED"), key=lambda w: w["start_ns"]
     )
-    assert len(culprits) == len(CASES), [span_attr(w, A.GLOBAL_RANK) for w in culprits]
+    assert len(culprits) == len(CASES), job.timeline
     culprit = culprits[list(CASES).index(how)]  # the attempt that failed this way
     # the failed round's workers (one trace per round)
     workers = {
@@ -163,3 +180,39 @@ def test_a_root_causes_exception_is_a_log_record_in_its_span(how: str, job: Expo
         assert f"line {FAULT_LINE} in fail" in record["body"]
     else:
         assert re.search(r'failing_train.py", line \d+ in fail', stack), stack
+
+
+def test_a_rank_that_left_the_job_first_is_the_root_cause(
+    grpc_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """Uneven inputs on gloo: rank 1's exit (code 0, a success to torch) closes its
+    connections and rank 0 fails in its all_reduce. Rank 1 is the root cause, ERROR with
+    ``error.type`` ``left_training`` and no exception; rank 0 is its victim; the agent's run
+    and the timeline say so."""
+    env = job_env(grpc_receiver, tmp_path, FAIL_RANK="1", FAIL_HOW="exit")
+    agent = start_agent(
+        env, free_port(), f"left-{uuid.uuid4().hex[:6]}", nnodes="1", nproc=2, script=SCRIPT
+    )
+    rc, out = agent.wait()
+    assert rc == 1, out[-3000:]  # torchrun's failure: rank 0 failed, no restart left
+    workers = {
+        span_attr(w, A.GLOBAL_RANK): w
+        for w in grpc_receiver.wait_for_spans(2, 30, lambda s: s["name"] == A.SPAN_WORKER)
+    }
+    left, victim = workers[1], workers[0]
+    assert left["status_code"] == "ERROR" and left["status_message"] == EARLY_EXIT, left
+    assert span_attr(left, A.STATE) == "FAILED"
+    assert span_attr(left, A.FAILURE_KIND) == A.KIND_ROOT_CAUSE
+    assert span_attr(left, A.ERROR_TYPE) == A.ERROR_TYPE_LEFT_TRAINING
+    assert span_attr(left, A.LEFT_TRAINING) is True
+    assert span_attr(left, A.PROCESS_EXIT_CODE) in (0, None)  # None: stopped as it exited
+    records = [r for r in grpc_receiver.logs() if r["span_id"] == left["span_id"]]
+    assert not [r for r in records if r["event_name"] == A.EXCEPTION_EVENT]
+    assert victim["status_code"] != "ERROR"
+    assert span_attr(victim, A.FAILURE_KIND) == A.KIND_PEER_FAILURE
+    assert [link["span_id"] for link in victim["links"]] == [left["span_id"]]
+    (run,) = grpc_receiver.wait_for_spans(1, 30, lambda s: s["name"] == A.SPAN_AGENT_RUN)
+    assert run["status_code"] == "ERROR" and "global rank 1" in run["status_message"], run
+    text = render_text(build_timeline(grpc_receiver.spans(), grpc_receiver.logs()))
+    root = next(line for line in text.splitlines() if line.startswith("  ROOT CAUSE at "))
+    assert "global rank 1 left_training" in root and EARLY_EXIT in root, text

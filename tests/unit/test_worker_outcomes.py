@@ -7,11 +7,14 @@ import signal
 import subprocess
 import sys
 
-from elastic_otel.model.failures import WorkerEnd
+from elastic_otel.model.failures import WorkerEnd, classify
 from elastic_otel.model.worker_outcomes import (
+    EARLY_EXIT,
     Closing,
+    ExitedWorker,
     FailedWorker,
     dated_by_victims,
+    early_exits,
     failure_time_ns,
     fatal_error,
     oom_kills_rose,
@@ -111,6 +114,27 @@ def test_only_a_sigkill_the_agent_did_not_send_asks_for_the_oom_count() -> None:
     assert oom_kills_rose(2, 3)
     assert not oom_kills_rose(3, 3)
     assert not oom_kills_rose(None, 3) and not oom_kills_rose(2, None)
+
+
+def test_a_rank_that_left_before_its_peers_failed_is_the_root_cause() -> None:
+    """Uneven inputs on gloo: rank 1 exits with code 0 at 5 s, its peers fail at 6 s. Only an
+    exit 0 after leaving training, before the failure, counts; a worker still running, one that
+    failed or left later, or one whose record does not say it left, does not."""
+    exited = [
+        ExitedWorker(1, 0, 5 * S),
+        ExitedWorker(6, None, 5 * S),  # still exiting
+        ExitedWorker(2, None, None),  # still running
+        ExitedWorker(3, 0, 7 * S),  # left after the failure
+        ExitedWorker(4, 0, None),  # no record of leaving
+        ExitedWorker(5, 1, 4 * S),  # failed: torch's own failure, not this
+    ]
+    end, exiting = early_exits(exited, 6 * S)
+    assert (end.global_rank, end.exit_code, end.time_ns, end.message) == (1, 0, 5 * S, EARLY_EXIT)
+    assert (exiting.global_rank, exiting.exit_code) == (6, None)
+    assert classify(end) == A.KIND_ROOT_CAUSE and end.left_training
+    attrs = outcome_attributes(end, A.KIND_ROOT_CAUSE, 1, None, False)
+    assert attrs[A.LEFT_TRAINING] is True and attrs[A.END_REASON] == EARLY_EXIT
+    assert early_exits(exited, None) == []
 
 
 def test_outcome_attributes_per_kind() -> None:

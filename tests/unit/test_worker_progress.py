@@ -625,6 +625,10 @@ def test_collectives_are_wrapped_as_torch_imports_them_and_counted(
         report("subgroup destroyed")
         dist.destroy_process_group()
         report("destroyed")
+        left_at = read_progress(directory).since_ns
+        from elastic_otel.worker import progress
+        progress.leave()  # as the exit does: when it left stays
+        print(json.dumps({{"kept": read_progress(directory).since_ns == left_at}}), flush=True)
         elastic_otel.mark_step(9)  # a step marked after it: back in training
         report("stepped again")
         """,
@@ -668,6 +672,7 @@ def test_collectives_are_wrapped_as_torch_imports_them_and_counted(
     ]
     assert counts["destroyed"]["entered"] == counts["subgroup destroyed"]["entered"]
     assert counts["stepped again"]["left"] is False
+    assert {"kept": True} in lines
 
 
 HANG = """
