@@ -224,7 +224,8 @@ class AgentObserver:
         # signal (torch's SignalException being handled): the victims' last stacks first
         raised = sys.exc_info()[1]
         failed = bool(failures) or raised is not None
-        self._left_early_at_close(handler, pcontext)
+        if not failures:  # with a failure of its own, the monitor's outcomes said it
+            self._left_early_at_close(handler, pcontext)
         self.watch.before_stop(pcontext, failed)
         if state is not None and type(raised).__name__ == SIGNAL_EXCEPTION:
             self._signalled(state)
@@ -383,6 +384,9 @@ def _left_early(
             continue
         progress = read_progress(os.path.dirname(path))
         left = progress is not None and progress.pid == process.pid and progress.left
+        report = read_worker_report(path) if left else None
+        if report is not None and (report.exception_type or report.fault_stack):
+            continue  # it raised or crashed, and is still exiting: torch will say it failed
         since = progress.since_ns if left and progress is not None else None
         code = process.poll()
         training = training or (since is None and code is None)
