@@ -54,8 +54,13 @@ def _run_hung_job(receiver: OtlpReceiver, tmp_path: Path, **extra: str) -> list[
         (stall,) = receiver.wait_for_logs(
             1,
             timeout=90,
-            # the ranks as an int array, as a query can use them
-            where=lambda r: _is_training_stall(r) and r["attributes"].get(A.STALLED_RANKS) == [1],
+            # the ranks as an int array, as a query can use them; node 0's report (node 1's
+            # names rank 1 too, from the round's store, and may come first)
+            where=lambda r: (
+                _is_training_stall(r)
+                and r["attributes"].get(A.STALLED_RANKS) == [1]
+                and A.STALLED_REMOTE_HOST not in r["attributes"]
+            ),
         )[:1]
         attrs = stall["attributes"]
         assert attrs[A.STALLED_SECONDS] <= STALL_AFTER_S + INTERVAL_S + 3.0, attrs
@@ -84,7 +89,11 @@ def _run_hung_job(receiver: OtlpReceiver, tmp_path: Path, **extra: str) -> list[
                 for r in receiver.logs()
                 if _is_training_stall(r)
                 and r["attributes"].get(A.STALLED_WAITING) == [2, 3]
-                and A.STALLED_RANKS not in r["attributes"]  # the rank waited for is not here
+                # the rank waited for is not here: unnamed, or named by the node that has it
+                and (
+                    A.STALLED_RANKS not in r["attributes"]
+                    or A.STALLED_REMOTE_HOST in r["attributes"]
+                )
             ],
             20,
         )

