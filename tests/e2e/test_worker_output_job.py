@@ -78,17 +78,24 @@ class Job:
     without_bridge: list[Console]
 
 
+def _buffered(env: dict[str, str]) -> dict[str, str]:
+    """Python's default stdio, as a user's job has it: a line is one write. (Unbuffered, a
+    print's text and its newline are two, and another worker's line can land between them.)"""
+    env.pop("PYTHONUNBUFFERED")
+    return env
+
+
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Job:
     tmp_path = tmp_path_factory.mktemp("worker_output")
     with OtlpReceiver("grpc") as receiver:
-        env = job_env(receiver, tmp_path, ELASTIC_OTEL_WORKER_OUTPUT="all")
-        env.pop("PYTHONUNBUFFERED")  # the script flushes where it means to
-        with_bridge = _run(env, "otel")
+        with_bridge = _run(
+            _buffered(job_env(receiver, tmp_path, ELASTIC_OTEL_WORKER_OUTPUT="all")), "otel"
+        )
         receiver.wait_for_spans(4, timeout=30, where=lambda s: s["name"] == A.SPAN_WORKER)
         receiver.wait_for_logs(1, timeout=30, where=lambda r: A.LAST_WORDS in r["attributes"])
         spans, logs = receiver.spans(), receiver.logs()
-    without_bridge = _run(job_env(None, tmp_path), "null")
+    without_bridge = _run(_buffered(job_env(None, tmp_path)), "null")
     return Job(spans, logs, with_bridge, without_bridge)
 
 
@@ -178,16 +185,20 @@ def test_a_10_mb_line_and_invalid_utf8_are_bounded_and_flagged(job: Job) -> None
     assert junk["attributes"][A.OUTPUT_INVALID_UTF8] is True
 
 
+CUT = r"(?<=rank \d out \d)|(?<=rank \d err \d)|(?<=\d)(?=rank \d )"
+"""Where a console line holds two: after one of the script's numbered lines, or before one."""
+
+
 def _lines(consoles: list[Console], stream: str) -> dict[str, list[str]]:
     """What the workers printed, by rank: the script's lines (each names its rank), in order;
     rank 3's blob and faulthandler's header (rank 1), counted. torch's agent lines (its failure
     summary, a lost store's traceback) are left out: they differ from run to run either way.
-    Two workers share the console, and a line's text and its newline are two writes: a line
-    cut in two by another worker's line is split where the other line begins."""
+    Two workers share the console; should a line still be cut by another worker's, it is
+    split after the script's line and where another's begins."""
     by_rank: dict[str, list[str]] = {}
     for console in consoles:
         lines = getattr(console, stream).splitlines()
-        for line in (p for whole in lines for p in re.split(r"(?<=\d)(?=rank \d )", whole)):
+        for line in (p for whole in lines for p in re.split(CUT, whole)):
             match = re.search(r"rank (\d)", line)
             if line.startswith("x" * 1000):
                 key, line = "blob", str(len(line))
