@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 import resource
 from pathlib import Path
@@ -45,6 +46,18 @@ def pytest_configure(config: pytest.Config) -> None:
     the longest file (three tests) near the end of a run: keep the order above instead."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    if not hasattr(config, "workerinput"):  # once, in the process that starts the others
+        _compile_sources()
+
+
+def _compile_sources() -> None:
+    """Write the bytecode of this checkout's modules and scripts, as pip does for an installed
+    package: an editable install under ``PYTHONDONTWRITEBYTECODE`` (this machine's default) has
+    none, and every agent and worker of every job would compile the package again (~0.9
+    CPU-seconds a process)."""
+    root = Path(__file__).parent.parent
+    for folder in ("elastic_otel", "tests", "examples", "benchmarks"):
+        compileall.compile_dir(root / folder, quiet=2)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -21,6 +21,7 @@ from torch.distributed.elastic.events import Event, EventSource, NodeState, Rdzv
 from elastic_otel.names import attributes as A
 from tests.support.jobs import (
     LIGHT,
+    TRAIN,
     job_env,
     seqs,
     start_agent,
@@ -160,13 +161,16 @@ def test_unreachable_collector_job_same_exit_code_one_warning(tmp_path: Path) ->
             tmp_path / f"{handler}{fail}",
             OTEL_EXPORTER_OTLP_ENDPOINT=dead,
             TRAIN_FAIL_RANK=fail,
+            TRAIN_PEER_FAILURE="exit",
         )
         (tmp_path / f"{handler}{fail}").mkdir()
         port, run_id = free_port(), f"dead-{uuid.uuid4().hex[:4]}"
         nodes = 2 if fail else 1
+        # the failing jobs compare exit codes only: their workers need not import torch
+        script = LIGHT if fail else TRAIN
         for node in range(nodes):
             agents[(handler, fail, node)] = start_agent(
-                env, port, run_id, nnodes=str(nodes), handler=handler
+                env, port, run_id, nnodes=str(nodes), handler=handler, script=script
             )
     outcomes = {key: agent.wait() for key, agent in agents.items()}
     assert outcomes[("otel", "", 0)][0] == 0

@@ -353,7 +353,6 @@ def test_unreachable_or_malformed_endpoint_is_one_line(tmp_path: Path) -> None:
 
 # --- a real job: its console log replayed vs. the live bridge ---------------------------------
 
-DEMO_TRAIN = Path(__file__).resolve().parents[2] / "elastic_otel" / "cli" / "demo_train.py"
 AGENT_SPANS = (A.SPAN_AGENT_RENDEZVOUS, A.SPAN_AGENT_ASSIGN_RANKS, A.SPAN_WORKER, "agent.run")
 
 
@@ -381,7 +380,7 @@ def agent_story(spans: list[dict], agent_of: str) -> Counter:
 def test_replayed_console_job_tells_what_the_live_bridge_exported(
     tmp_path: Path, grpc_receiver: OtlpReceiver, http_receiver: OtlpReceiver
 ) -> None:
-    from tests.support.jobs import job_env, start_agent
+    from tests.support.jobs import LIGHT, job_env, start_agent
 
     runs = {}
     for handler, receiver in (("console", None), ("otel", grpc_receiver)):
@@ -390,8 +389,7 @@ def test_replayed_console_job_tells_what_the_live_bridge_exported(
         env = job_env(
             receiver,
             workdir,
-            TRAIN_FAIL_RANK="1",
-            TRAIN_FAIL_BEFORE_INIT="1",
+            TRAIN_FAIL_RANK="1",  # rank 0 waits until its agent stops it for the restart
             OTEL_METRICS_EXPORTER="none",
             # like with like: what torch's events alone give (the replayed logs have no more)
             ELASTIC_OTEL_AGENT_INSTRUMENTATION="false",
@@ -405,7 +403,7 @@ def test_replayed_console_job_tells_what_the_live_bridge_exported(
                     port,
                     run_id,
                     handler=handler,
-                    script=DEMO_TRAIN,
+                    script=LIGHT,  # the agents' events are what is replayed
                     extra_args=("--max-restarts=1",),
                 )
                 for _ in range(2)

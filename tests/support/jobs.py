@@ -226,11 +226,12 @@ def run_exported_job(
     script: Path,
     extra_args: tuple[str, ...],
     wait: Callable[[OtlpReceiver], object],
+    nproc: int = 2,
     **extra: str,
 ) -> ExportedJob:
-    """Run a two-agent job of ``script`` (two workers per node) that must succeed, exporting to a
-    gRPC receiver and to an OTLP/JSON file; ``wait(receiver)`` returns once what the test reads
-    has arrived. The file is then read by ``elastic-otel timeline``."""
+    """Run a two-agent job of ``script`` (``nproc`` workers per node) that must succeed,
+    exporting to a gRPC receiver and to an OTLP/JSON file; ``wait(receiver)`` returns once what
+    the test reads has arrived. The file is then read by ``elastic-otel timeline``."""
     out = tmp_path / "telemetry.jsonl"
     with OtlpReceiver("grpc") as receiver:
         env = job_env(
@@ -241,7 +242,7 @@ def run_exported_job(
             ELASTIC_OTEL_OTLP_JSON_FILE=str(out),
             **extra,
         )
-        results = run_job(env, nproc=2, script=script, extra_args=extra_args)
+        results = run_job(env, nproc=nproc, script=script, extra_args=extra_args)
         assert [rc for rc, _ in results] == [0, 0], [text[-3000:] for _, text in results]
         wait(receiver)
         spans, logs, metrics = receiver.spans(), receiver.logs(), receiver.metrics()
