@@ -1,4 +1,4 @@
-"""Goodput (issue 22) on a real two-node torchrun job (c10d, gloo, one worker per node): 20
+"""Goodput (issue 22) on a real two-node torchrun job (c10d, gloo, two workers per node): 20
 marked steps with a checkpoint every 5 (after steps 4, 9, 14, 19); global rank 1 fails right
 after step 12 in the first attempt, and the restart resumes from the checkpoint of step 9. The
 summary records and the metrics say steps 10-12 were lost, the categories add up to the wall
@@ -49,7 +49,6 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Job:
         SCRIPT,
         ("--max-restarts=1",),
         wait,
-        nproc=1,  # goodput is the job's: one rank per node shows it
         FAIL_RANK="1",
         FAIL_STEP="12",
         STEPS="20",
