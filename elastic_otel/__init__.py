@@ -81,8 +81,9 @@ def stats() -> dict[str, int]:
 
 def worker_context() -> Context:
     """In a worker torchrun started: the context of its rank's ``worker`` span
-    (:func:`elastic_otel.worker.training.worker_context`)."""
-    from elastic_otel.worker.training import worker_context as from_environment
+    (:func:`elastic_otel.worker.trace_context.worker_context`). The worker start-up already
+    makes it the main thread's current context."""
+    from elastic_otel.worker.trace_context import worker_context as from_environment
 
     return from_environment()
 

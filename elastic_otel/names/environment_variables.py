@@ -162,6 +162,11 @@ ELASTIC_OTEL_WORKER_STARTUP = "ELASTIC_OTEL_WORKER_STARTUP"
 """``false``: the instrumented agent starts its workers as torch does, without the worker-side
 start-up (:mod:`elastic_otel.worker.startup`) that reports a crashed worker's Python stack and
 an uncaught exception's type (default ``true``)."""
+ELASTIC_OTEL_WORKER_CONTEXT = "ELASTIC_OTEL_WORKER_CONTEXT"
+"""``false``: the worker start-up leaves OpenTelemetry's current context alone; by default it
+makes the rank's ``worker`` span (``TRACEPARENT``) the main thread's current context once the
+worker imports OpenTelemetry's tracing API, so that spans started without a parent are its
+children (docs/trace-model.md, "The worker span as the current context")."""
 ELASTIC_OTEL_STACK_SIGNAL = "ELASTIC_OTEL_STACK_SIGNAL"
 """The signal on which a worker appends all its threads' Python stacks to its stacks file,
 for its agent to ask while the job hangs: ``SIGUSR1``, ``SIGUSR2`` or a real-time signal, by

@@ -4,7 +4,8 @@ torch's agent learns only an exit code when a worker dies, and nothing while it 
 the ``sitecustomize`` the agent puts first on each worker's ``PYTHONPATH``, :func:`start` arms,
 each on its own, ``faulthandler`` and an exception hook into report files, stacks on a signal,
 the progress record and the collectives thread; the agent, which outlives the worker, reads
-the files. A feature that fails changes nothing for the worker.
+the files. It also makes the rank's ``worker`` span the current OpenTelemetry context once the
+process imports OpenTelemetry. A feature that fails changes nothing for the worker.
 Design: ``docs/architecture.md`` (The worker start-up).
 """
 
@@ -34,6 +35,7 @@ DEFAULT_STACK_SIGNAL = "SIGRTMIN+3"
 job uses (glibc keeps the two below ``SIGRTMIN`` for itself)."""
 C10D_MODULE = "torch.distributed.distributed_c10d"
 DISTRIBUTED_MODULE = "torch.distributed"
+TRACE_MODULE = "opentelemetry.trace"
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -362,20 +364,24 @@ def _record_progress(directory: str) -> None:
         sys.meta_path.insert(0, _CollectivesFinder())
 
 
-class _CollectivesFinder:
-    """A one-shot ``sys.meta_path`` finder for ``distributed_c10d``: the spec the other finders
-    give, with a loader that wraps the collectives once the module has run, before
-    ``torch.distributed`` copies them (``from .distributed_c10d import *``). It leaves the path
-    when that loader runs: a spec asked for and not loaded (``importlib.util.find_spec``) must
-    not use it up."""
+class _AfterImportFinder:
+    """A one-shot ``sys.meta_path`` finder for the module :attr:`name`: the spec the other
+    finders give, with a loader that calls :meth:`then` once the module has run, before whoever
+    imported it goes on. It leaves the path when that loader runs: a spec asked for and not
+    loaded (``importlib.util.find_spec``) must not use it up."""
+
+    name = ""
 
     def __init__(self) -> None:
         self.searching = False  # the other finders may ask the import system again
 
+    def then(self, module: ModuleType) -> None:
+        """What to do with the module once it has run; its errors are swallowed."""
+
     def find_spec(
         self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if name != C10D_MODULE or self.searching:
+        if name != self.name or self.searching:
             return None
         self.searching = True
         try:
@@ -388,7 +394,7 @@ class _CollectivesFinder:
                         break
             if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
                 return None  # the import goes on as without us, and finds what we found
-            spec.loader = _CollectivesLoader(spec.loader, self)
+            spec.loader = _AfterImportLoader(spec.loader, self)
             return spec
         except Exception:
             return None
@@ -400,11 +406,33 @@ class _CollectivesFinder:
             sys.meta_path.remove(self)
 
 
-class _CollectivesLoader:
-    """``distributed_c10d``'s own loader, and its collectives wrapped once it has run. The
-    module keeps its own loader: nothing of ours shows after."""
+class _CollectivesFinder(_AfterImportFinder):
+    """``distributed_c10d``: its collectives wrapped once the module has run, before
+    ``torch.distributed`` copies them (``from .distributed_c10d import *``)."""
 
-    def __init__(self, loader: Loader, finder: _CollectivesFinder) -> None:
+    name = C10D_MODULE
+
+    def then(self, module: ModuleType) -> None:
+        from elastic_otel.worker import progress
+
+        progress.wrap_collectives(module)
+
+
+class _WorkerContextFinder(_AfterImportFinder):
+    """OpenTelemetry's tracing API: the worker span attached once it has run (see
+    :func:`_attach_worker_context`)."""
+
+    name = TRACE_MODULE
+
+    def then(self, module: ModuleType) -> None:
+        _attach_to_main_thread()
+
+
+class _AfterImportLoader:
+    """The module's own loader, and the finder's :meth:`~_AfterImportFinder.then` once it has
+    run. The module keeps its own loader: nothing of ours shows after."""
+
+    def __init__(self, loader: Loader, finder: _AfterImportFinder) -> None:
         self.loader = loader
         self.finder = finder
 
@@ -420,12 +448,11 @@ class _CollectivesLoader:
                 module.__spec__.loader = self.loader
             if getattr(module, "__loader__", None) is self:
                 module.__loader__ = self.loader
-        try:
-            from elastic_otel.worker import progress
+        import contextlib
 
-            progress.wrap_collectives(module)
-        except Exception:
-            pass  # unrecorded collectives, as without the start-up
+        # A failure: as without the start-up (unrecorded collectives, no worker context).
+        with contextlib.suppress(Exception):
+            self.finder.then(module)
 
     def __getattr__(self, name: str) -> object:
         # get_source, get_filename, is_package...: asked of the module's loader while it runs.
@@ -454,6 +481,34 @@ def _keep_nccl_dumps(directory: str) -> None:
     os.environ[env.TORCH_NCCL_DEBUG_INFO_TEMP_FILE] = prefix
 
 
+# --- the worker span as the current context --------------------------------------------------
+
+
+def _attach_worker_context(directory: str) -> None:
+    """The rank's ``worker`` span (``TRACEPARENT``) as the main thread's current OpenTelemetry
+    context, attached once the process imports OpenTelemetry's tracing API: a process that
+    never does pays nothing (docs/trace-model.md, "The worker span as the current context").
+    The hook is ``opentelemetry.trace``, not ``opentelemetry.context``: the tracing API imports
+    the context API part-way through, and attaching the span needs the tracing API whole."""
+    from elastic_otel.config.environment import env_flag
+    from elastic_otel.names import environment_variables as env
+
+    if not os.environ.get(env.TRACEPARENT):
+        return  # the agent reserved no span for this worker
+    if not env_flag(env.ELASTIC_OTEL_WORKER_CONTEXT, True):
+        return
+    if TRACE_MODULE in sys.modules:  # imported before the start-up ran (a .pth file)
+        _attach_to_main_thread()
+    else:
+        sys.meta_path.insert(0, _WorkerContextFinder())
+
+
+def _attach_to_main_thread() -> None:
+    from elastic_otel.worker import trace_context
+
+    trace_context.attach_to_main_thread()
+
+
 FEATURES = (
     _record_fatal_signals,
     _record_uncaught_exceptions,
@@ -462,6 +517,7 @@ FEATURES = (
     _record_progress,
     _watch_collectives,
     _keep_nccl_dumps,
+    _attach_worker_context,
 )
 """What :func:`start` arms in a worker, in order, each on its own: a function of torch's
 error-file directory. The stack signal comes before the progress record, which names it."""

@@ -2,7 +2,8 @@
 
 The instrumented agent starts each worker with ``TRACEPARENT`` naming its ``worker`` span;
 :func:`start_worker_telemetry` exports the script's spans and metrics with the agents' ``OTEL_*``
-settings, :func:`worker_context` parents them under that span, and :func:`mark_first_step`
+settings, :func:`~elastic_otel.worker.trace_context.worker_context` parents them under that span
+(the worker start-up also makes it the main thread's current context), and :func:`mark_first_step`
 marks where training resumed, which only the script can see (imports, process-group set-up,
 checkpoint loading). Design, with an example: ``docs/trace-model.md`` (Recoveries and the
 training code).
@@ -13,7 +14,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from elastic_otel.bridge.process import bridge_process
@@ -21,27 +21,14 @@ from elastic_otel.config import environment
 from elastic_otel.config.settings import Settings
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
+from elastic_otel.worker.trace_context import worker_context
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
 _lock = threading.Lock()
 _first_step = threading.Event()  # set by the first mark: only that one counts
-
-
-def worker_context(environ: Mapping[str, str] | None = None) -> Context:
-    """The OpenTelemetry ``Context`` of this worker's ``worker`` span (from ``TRACEPARENT``);
-    an empty one, so that spans become roots, when the agent set none."""
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    environ = os.environ if environ is None else environ
-    carrier = {
-        "traceparent": environ.get(env.TRACEPARENT, ""),
-        "tracestate": environ.get(env.TRACESTATE, ""),
-    }
-    return TraceContextTextMapPropagator().extract(carrier)
 
 
 def mark_first_step(
