@@ -105,10 +105,12 @@ LAYERS = {
     "integration": 6,
     "worker": 6,
     "": 7,  # the package's public functions (elastic_otel/__init__.py)
+    "frameworks": 7,  # optional hooks into training frameworks, beside the public functions
     "cli": 8,
 }
 """Each folder's place in the flow of data; a module imports only from its own folder or from
-folders below it (``integration`` and ``worker`` share a level and do not import each other)."""
+folders below it (``integration`` and ``worker`` share a level and do not import each other,
+nor do the public functions and ``frameworks``)."""
 
 PURE = ("names", "config", "parsing", "model")
 """Folders that import neither torch nor OpenTelemetry: testable without either."""
