@@ -33,6 +33,7 @@ from elastic_otel.model.stalls import (
     TrainingStall,
     silence_attributes,
     silent_nodes,
+    timing_attributes,
 )
 from elastic_otel.model.stragglers import (
     STRAGGLER_EVENT_NAME,
@@ -50,10 +51,13 @@ from elastic_otel.model.worker_outcomes import (
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import (
     AGENT_STEP_PREFIX,
+    NCCL_TIMING_EVENT,
+    NCCL_TIMING_STATE,
     STACKS_STATE,
     WORKER_STACKS_EVENT,
     WorkerState,
 )
+from elastic_otel.parsing.collectives import NcclTiming
 from elastic_otel.parsing.records import AgentRecord, AttrValue, ErrorInfo, error_from_message
 from elastic_otel.parsing.worker_reports import main_thread_frame
 
@@ -228,6 +232,20 @@ def report_slow_node(agent: Any, handler: OtelHandler, slow: SlowNode) -> None:
         _logger.debug("elastic-otel: slow node not reported", exc_info=True)
 
 
+def report_nccl_timing(
+    agent: Any, handler: OtelHandler, watched: WatchedWorker, timing: NcclTiming
+) -> None:
+    """A worker's NCCL timing decision as an INFO record on its ``worker`` span."""
+    try:
+        from torch.distributed.elastic.events import EventSource
+
+        event = construct(agent, NCCL_TIMING_STATE, EventSource.AGENT, watched.worker)
+        event.name = NCCL_TIMING_EVENT
+        send(handler, event, int(time.time() * 1000), {**timing_attributes(timing)})
+    except Exception:  # never the agent's problem
+        _logger.debug("elastic-otel: NCCL timing decision not reported", exc_info=True)
+
+
 def report_stacks_and_stall(
     agent: Any,
     handler: OtelHandler,
@@ -281,6 +299,13 @@ def report_stacks_and_stall(
         facts[A.STALLED_NOT_REACHED] = stall.not_reached
     if stall.left:
         facts[A.STALLED_LEFT] = stall.left
+    if stall.local_group:
+        facts[A.STALLED_LOCAL_GROUP] = True
+    if stall.timed_out:
+        facts[A.STALLED_TIMED_OUT] = stall.timed_out
+        facts[A.NCCL_TIMEOUT_S] = stall.timeout_s
+    if stall.timing is not None:
+        facts.update(timing_attributes(stall.timing))
     facts.update(dump_facts)
     if liveness is not None:
         facts.update(silence_attributes(liveness.silent_nodes()))

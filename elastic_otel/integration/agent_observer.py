@@ -26,6 +26,7 @@ from elastic_otel.integration.agent_events import (
     RecordAttributes,
     RendezvousLiveness,
     report_goodput,
+    report_nccl_timing,
     report_outcomes,
     report_slow_node,
     report_stacks_and_stall,
@@ -61,6 +62,7 @@ from elastic_otel.model.worker_outcomes import (
     worker_ends,
 )
 from elastic_otel.names.torch_names import WorkerState
+from elastic_otel.parsing.collectives import NcclTiming
 from elastic_otel.parsing.worker_progress import WorkerProgress, read_progress
 from elastic_otel.parsing.worker_reports import read_worker_report
 
@@ -300,6 +302,7 @@ class AgentObserver:
         pcontext = agent._pcontext
         pids = pcontext.pids()
         error_files = getattr(pcontext, "error_files", None) or {}
+        stderrs = getattr(pcontext, "stderrs", None) or {}
         workers = [
             WatchedWorker(
                 global_rank=w.global_rank,
@@ -307,6 +310,7 @@ class AgentObserver:
                 pid=pids[w.local_rank],
                 directory=os.path.dirname(error_files[w.local_rank]),
                 worker=w,
+                stderr=stderrs.get(w.local_rank) or None,
             )
             for w in worker_group.workers
             if w.local_rank in pids and error_files.get(w.local_rank)
@@ -320,6 +324,9 @@ class AgentObserver:
             dumps: FlightRecorderDumps | None,
         ) -> None:
             report_stacks_and_stall(agent, handler, reason, stacks, stall, dumps, liveness)
+
+        def timing_decided(watched: WatchedWorker, timing: NcclTiming) -> None:
+            report_nccl_timing(agent, handler, watched, timing)
 
         observe: Callable[[int, list[WorkerProgress]], None] | None = None
         settings = handler.settings
@@ -364,6 +371,7 @@ class AgentObserver:
             straggler_found,
             exchange,
             store=getattr(worker_group, "store", None) if settings.stall_exchange else None,
+            report_timing=timing_decided,
         )
 
 

@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from elastic_otel.integration.stall_exchange import StallExchange
@@ -29,7 +29,14 @@ from elastic_otel.names.environment_variables import (
     WORKER_REQUESTS_FIFO,
     WORKER_STACKS_FILE,
 )
-from elastic_otel.parsing.collectives import dump_path, poll_period, read_collectives
+from elastic_otel.parsing.collectives import (
+    TIMING_MEASURING,
+    NcclTiming,
+    dump_path,
+    poll_period,
+    read_collectives,
+)
+from elastic_otel.parsing.nccl_errors import find_timeout, read_tail
 from elastic_otel.parsing.worker_progress import (
     MAX_STACK_BYTES,
     WorkerProgress,
@@ -68,6 +75,7 @@ class WatchedWorker:
     directory: str  # its private directory (torch's error file's)
     worker: Any  # torch's Worker, for the events the instrumentation builds
     stacks_offset: int = 0
+    stderr: str | None = None  # the file its stderr goes to (torch's), where there is one
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +115,8 @@ class _Group:
     windows_read: dict[int, int] = field(default_factory=dict)  # rank → its arrivals' window
     exchange: StragglerExchange | None = None  # the slow-node exchange (two nodes or more)
     windows_closed: int = 0
+    report_timing: Callable[[WatchedWorker, NcclTiming], None] | None = None
+    timings: dict[int, NcclTiming] = field(default_factory=dict)  # rank → its decision said
 
 
 class TrainingWatch:
@@ -136,13 +146,15 @@ class TrainingWatch:
         report_straggler: Callable[[Straggler], None] | None = None,
         exchange: StragglerExchange | None = None,
         store: Any = None,
+        report_timing: Callable[[WatchedWorker, NcclTiming], None] | None = None,
     ) -> None:
         """Watch the workers torch just started in ``pcontext`` (until it is closed);
         ``observe(now_ns, records)`` is given each reading (the goodput accounting's stalls);
         with a ``straggler_window_s``, the ranks are scored per window and a straggler handed
         to ``report_straggler``, and each window's device times to the slow-node ``exchange``;
         with the round's ``store``, a training stall is shared with the other nodes
-        (:mod:`elastic_otel.integration.stall_exchange`)."""
+        (:mod:`elastic_otel.integration.stall_exchange`); each worker's NCCL timing decision,
+        once made, goes to ``report_timing``."""
         if after_s <= 0 or not workers:
             return
         for worker in workers:
@@ -151,6 +163,7 @@ class TrainingWatch:
             group = self._groups[pcontext] = _Group(
                 workers, report, int(after_s * 1e9), current_stalls, observe=observe
             )
+            group.report_timing = report_timing
             if store is not None:
                 group.stall_exchange = StallExchange(store, self._wake.set)
             if straggler_window_s > 0:
@@ -219,6 +232,8 @@ class TrainingWatch:
             if collectives is not None and collectives.pid != worker.pid:
                 collectives = None
             ranks.append(rank_progress(worker.global_rank, progress, collectives))
+            if collectives is not None and collectives.nccl_timing is not None:
+                self._timing(group, worker, collectives.nccl_timing)
             if (
                 group.stragglers is not None
                 and collectives is not None
@@ -237,7 +252,8 @@ class TrainingWatch:
             self._publish_inside(group)
         if group.observe is not None:
             group.observe(now_ns, [group.seen[r.global_rank] for r in ranks])
-        stall = training_stall(ranks, now_ns, group.after_ns)
+        local = [w.global_rank for w in group.workers]
+        stall = training_stall(ranks, now_ns, group.after_ns, local)
         if stall is not None and group.stall_exchange is not None:
             stall = group.stall_exchange.exchanged(stall, ranks)
         group.stalled_s = stall.seconds if stall is not None else 0.0
@@ -251,6 +267,7 @@ class TrainingWatch:
             # Named by another node after this node's report (or, in no collective, told the
             # collective its ranks never issued): said now, once, not an interval later.
             group.last_training_ns, group.named = now_ns, named
+            stall = _with_watchdog(stall, group.workers)
             if due or stall.waited_for:
                 self._take_stacks(group, REASON_TRAINING, stall)
             else:
@@ -260,6 +277,15 @@ class TrainingWatch:
         if other and now_ns - group.last_stacks_ns >= group.after_ns and not group.done:
             group.last_stacks_ns = now_ns
             self._take_stacks(group, REASON_STALL, None)
+
+    @staticmethod
+    def _timing(group: _Group, worker: WatchedWorker, timing: NcclTiming) -> None:
+        """Say a worker's NCCL timing decision once it is made (and again if it changes)."""
+        if timing.reason == TIMING_MEASURING or group.timings.get(worker.global_rank) == timing:
+            return
+        group.timings[worker.global_rank] = timing
+        if group.report_timing is not None and not group.done:
+            group.report_timing(worker, timing)
 
     @staticmethod
     def _publish_inside(group: _Group) -> None:
@@ -349,6 +375,23 @@ class TrainingWatch:
         self._thread = None
         self._wake = threading.Event()
         self.current = 0.0  # straggler scores live on the groups, forgotten with them
+
+
+def _with_watchdog(stall: TrainingStall, workers: list[WatchedWorker]) -> TrainingStall:
+    """``stall`` with the local ranks whose NCCL watchdog timed out its collective, as their
+    stderr says (torch then dumps its Flight Recorder and aborts them: a minute on an H200)."""
+    if stall.backend != "nccl":
+        return stall
+    timed_out: list[int] = []
+    timeout_s = None
+    for worker in workers:
+        found = find_timeout(read_tail(worker.stderr)) if worker.stderr else None
+        if found is not None and (stall.number in (0, found.number)):
+            timed_out.append(worker.global_rank)
+            timeout_s = found.timeout_ms / 1000.0
+    if not timed_out:
+        return stall
+    return replace(stall, timed_out=tuple(sorted(timed_out)), timeout_s=timeout_s)
 
 
 def _ask_dump(worker: WatchedWorker) -> int | None:

@@ -40,7 +40,7 @@ from elastic_otel.model.spans import (
 from elastic_otel.model.stalls import STALL_STATE, TRAINING, Wait
 from elastic_otel.model.trace_ids import TraceIds
 from elastic_otel.names import attributes as A
-from elastic_otel.names.torch_names import STACKS_STATE, WorkerState
+from elastic_otel.names.torch_names import NCCL_TIMING_STATE, STACKS_STATE, WorkerState
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind
 
 __all__ = [  # ReservedSpan and agent_attributes live in agent_workers, importable from here too
@@ -244,8 +244,8 @@ class AgentModel:
                 self._workers.end(agent, ev, parent, out)
         elif ev.state in _AGENT_STEPS:
             self._agent_step(agent, ev, parent, out)
-        elif ev.state == STACKS_STATE:
-            self._workers.stacks(agent, ev, parent, out)
+        elif ev.state in (STACKS_STATE, NCCL_TIMING_STATE):
+            self._workers.about_worker(agent, ev, parent, out)
         elif ev.state == _RESTART and ev.attributes.get(A.PHASE) in ("start", "end"):
             self._recovery(agent, ev, parent, out)
         elif ev.state in _OBSERVED_STEPS and ev.attributes.get(A.PHASE) in ("start", "end"):

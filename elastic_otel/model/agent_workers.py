@@ -173,9 +173,12 @@ class WorkerSpans:
         group.workers[key] = span
         out.log(ev, span)
 
-    def stacks(self, group: WorkerGroup, ev: ElasticEvent, parent: SpanRef, out: Output) -> None:
-        """A worker's stacks: a log record on its span (open, or just ended by the stop they
-        were taken before), the frames as its body."""
+    def about_worker(
+        self, group: WorkerGroup, ev: ElasticEvent, parent: SpanRef, out: Output
+    ) -> None:
+        """A record about one worker (its stacks, its NCCL timing decision): a log record on its
+        span (open, or just ended by the stop the stacks were taken before); stacks' frames as
+        its body."""
         rank = ev.global_rank
         span = group.workers.get(rank) if rank is not None else None
         if span is None and rank is not None:

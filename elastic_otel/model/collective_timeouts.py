@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from elastic_otel.model.failures import is_peer_failure
 from elastic_otel.names import attributes as A
-from elastic_otel.parsing.collectives import CollectiveProgress
+from elastic_otel.parsing.collectives import SCHEDULED, CollectiveProgress
 from elastic_otel.parsing.nccl_errors import COMMUNICATOR_ABORTED, NcclFailure, WatchdogTimeout
 from elastic_otel.parsing.records import AttrValue
 
@@ -40,6 +40,7 @@ class CollectiveFacts:
     waiting: tuple[int, ...] = ()  # a rank that never entered: the node's ranks timed out
     elsewhere: bool = False  # the group has members on other nodes
     error: str | None = None  # the NCCL error named (NCCL_RESULTS, communicator_aborted)
+    not_reached: tuple[int, ...] = ()  # ranks that timed out with the GPU never in it (timing)
 
 
 def collective_facts(
@@ -67,17 +68,24 @@ def collective_facts(
         ranks = {r for r, _ in waiters}
         members = _members(group, ranks, readings)
         late = _never_entered(group, number, ranks, members, readings)
+        unstarted = _not_started(group, number, ranks, readings)
         elsewhere = bool(members) and not members <= local
         for rank, timeout in waiters:
-            kind = A.KIND_PEER_FAILURE if late or elsewhere else A.KIND_ROOT_CAUSE
+            if rank in unstarted:  # its own GPU never reached it: what the others waited for
+                kind = A.KIND_ROOT_CAUSE
+            elif late or unstarted or elsewhere:
+                kind = A.KIND_PEER_FAILURE
+            else:
+                kind = A.KIND_ROOT_CAUSE
             facts[rank] = CollectiveFacts(
                 kind,
                 op,
                 number,
                 group,
                 timeout.timeout_ms / 1000.0,
-                waited_for=tuple(sorted(late)),
+                waited_for=tuple(sorted(late | (unstarted - {rank}))),
                 elsewhere=elsewhere,
+                not_reached=tuple(sorted(unstarted)),
                 error=found[rank].error,
             )
         waiting = tuple(sorted(ranks))
@@ -105,6 +113,8 @@ def collective_attributes(facts: CollectiveFacts) -> dict[str, AttrValue]:
         attrs[A.STALLED_WAITING] = facts.waiting
     if facts.error is not None:
         attrs[A.NCCL_ERROR] = facts.error
+    if facts.not_reached:
+        attrs[A.STALLED_NOT_REACHED] = facts.not_reached
     return attrs
 
 
@@ -124,7 +134,14 @@ def describe(attributes: Mapping[str, object]) -> str | None:
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
         text = f"timed out after {timeout:g} s in {where} ({WATCHDOG})"
         late = _ranks(attributes.get(A.STALLED_RANKS))
-        return text + (f", waiting for {_global_ranks(late)}" if late else "")
+        unstarted = _ranks(attributes.get(A.STALLED_NOT_REACHED))
+        if late:
+            text += f", waiting for {_global_ranks(late)}"
+            if set(late) <= set(unstarted):
+                text += f", whose GPU{'s' if len(late) > 1 else ''} never started it"
+        elif unstarted:
+            text += ": its GPU never started it (scheduled: its own compute is slow or stuck)"
+        return text
     waiting = _ranks(attributes.get(A.STALLED_WAITING))
     timed_out = f", in which {_global_ranks(waiting)} timed out" if waiting else ""
     return f"never entered {where}{timed_out} ({WATCHDOG})"
@@ -179,6 +196,24 @@ def _never_entered(
         if found is not None and found.issued < number:
             late.add(rank)
     return late
+
+
+def _not_started(
+    group: str | None, number: int, ranks: set[int], readings: Mapping[int, CollectiveProgress]
+) -> set[int]:
+    """Of the ranks that timed out in collective ``number``, those whose GPU never started it
+    (``scheduled``, where the record tracks starts: NCCL with timing): their own compute was
+    slow or stuck, and the ranks whose GPU started it waited inside it for them."""
+    if group is None:
+        return set()
+    states = {}
+    for rank in ranks:
+        reading = readings.get(rank)
+        found = reading.group(group) if reading is not None else None
+        state = found.state_of(number) if found is not None else None
+        if state is not None:
+            states[rank] = state
+    return {rank for rank, state in states.items() if state == SCHEDULED}
 
 
 def _aborted_by_peer(failure: NcclFailure) -> bool:

@@ -11,6 +11,7 @@ from elastic_otel.model.stalls import (
     STALL_EVENT_NAME,
     STALL_STATE,
     TRAINING,
+    describe_nccl_timing,
     describe_training_stall,
 )
 from elastic_otel.model.stragglers import (
@@ -19,7 +20,7 @@ from elastic_otel.model.stragglers import (
     describe_straggler,
 )
 from elastic_otel.names import attributes as A
-from elastic_otel.names.torch_names import NodeState, WorkerState
+from elastic_otel.names.torch_names import NCCL_TIMING_EVENT, NodeState, WorkerState
 from elastic_otel.parsing.torch_events import ElasticEvent, EventKind, RdzvAction
 
 # OpenTelemetry SeverityNumber values (the API enum is not imported: this module is SDK-free).
@@ -100,6 +101,8 @@ def body(event: ElasticEvent) -> str:
         return describe_slow_node(event.attributes)  # a slow node, compared between nodes
     if event.name == STRAGGLER_EVENT_NAME:
         return describe_straggler(event.attributes)
+    if event.name == NCCL_TIMING_EVENT:
+        return "NCCL timing " + describe_nccl_timing(event.attributes)
     return event.body
 
 

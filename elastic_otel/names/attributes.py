@@ -94,6 +94,24 @@ data first: uneven inputs; an int array)."""
 STALLED_STATE_KNOWN: Final = "torchelastic.stalled.state_known"
 """``true`` when the record tracks the device's start of the collective, so that the ranks
 waiting are inside it on their device; ``false`` on NCCL without timing events."""
+STALLED_LOCAL_GROUP: Final = "torchelastic.stalled.local_group"
+"""``true`` when every member of the stuck collective's process group is on this node: no rank
+elsewhere is waited for, whatever the record can tell of the GPUs."""
+STALLED_TIMED_OUT: Final = "torchelastic.stalled.timed_out"
+"""On a training stall after torch's NCCL watchdog timed the collective out: the global ranks
+whose watchdog said so (an int array); ``torchelastic.nccl.timeout_s`` says after how long."""
+NCCL_TIMING: Final = "torchelastic.nccl.timing"
+"""A worker's NCCL timing events, ``on`` or ``off`` (``ELASTIC_OTEL_NCCL_TIMING``), on its
+decision record and on every NCCL training stall report."""
+NCCL_TIMING_REASON: Final = "torchelastic.nccl.timing.reason"
+"""Why: ``within_budget``, ``over_budget``, ``measuring``, ``forced``, ``set_by_job``,
+``not_at_run_time``."""
+NCCL_TIMING_RATE: Final = "torchelastic.nccl.timing.rate"
+"""The NCCL collectives a second the worker measured for the decision (``auto``)."""
+NCCL_TIMING_COST: Final = "torchelastic.nccl.timing.cost_percent"
+"""What timing costs at that rate, in percent of wall time (rate x cost per collective)."""
+NCCL_TIMING_BUDGET: Final = "torchelastic.nccl.timing.budget_percent"
+"""The budget it was held to (``ELASTIC_OTEL_NCCL_TIMING_BUDGET``)."""
 STALLED_REMOTE_HOST: Final = "torchelastic.stalled.remote_host"
 """On a training stall whose ranks waited for are on other nodes, as those nodes said through
 the round's store: their hosts (comma separated); ``torchelastic.stalled.ranks`` names the

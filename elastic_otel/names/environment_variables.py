@@ -213,9 +213,25 @@ ELASTIC_OTEL_FLIGHT_RECORDER = "ELASTIC_OTEL_FLIGHT_RECORDER"
 """``false``: workers do not read torch's Flight Recorder (collective progress then comes only
 from the Python collectives the progress record wraps), and no dump is taken."""
 ELASTIC_OTEL_NCCL_TIMING = "ELASTIC_OTEL_NCCL_TIMING"
-"""``true``: the worker start-up sets ``TORCH_NCCL_ENABLE_TIMING=1`` (unless the job set it), so
-that NCCL's record says which ranks' GPUs started a collective and how long each took on the
-device (default ``false``: timing events cost small steps up to 14 %, docs/hangs.md)."""
+"""NCCL's timing events, which make NCCL's record say which ranks' GPUs started a collective
+and how long each took on the device: ``auto`` (default) turns them on at run time in each
+worker whose measured collective rate times their cost per collective is within
+``ELASTIC_OTEL_NCCL_TIMING_BUDGET``; ``true`` sets ``TORCH_NCCL_ENABLE_TIMING=1`` at start-up
+(unless the job set it); ``false`` leaves them off (docs/hangs.md, NCCL timing by default)."""
+NCCL_TIMING_MODES = ("auto", "true", "false")
+DEFAULT_NCCL_TIMING = "auto"
+ELASTIC_OTEL_NCCL_TIMING_BUDGET = "ELASTIC_OTEL_NCCL_TIMING_BUDGET"
+"""Percent of wall time NCCL's timing events may cost a worker for ``auto`` to turn them on
+(default ``0.5``)."""
+DEFAULT_NCCL_TIMING_BUDGET_PERCENT = 0.5
+ELASTIC_OTEL_NCCL_TIMING_COST_US = "ELASTIC_OTEL_NCCL_TIMING_COST_US"
+"""What NCCL's timing events cost one collective, in microseconds of the training step, for
+``auto``'s decision (default: the figure ``python -m benchmarks.nccl_timing`` measured,
+BENCHMARKS.md)."""
+DEFAULT_NCCL_TIMING_COST_US = 3.2
+NCCL_TIMING_MEASURE_S = 5.0
+"""Seconds of a worker's collective rate ``auto`` measures, from its first completed NCCL
+collective (communicator set-up and the first step excluded), before it decides."""
 TORCH_NCCL_ENABLE_TIMING = "TORCH_NCCL_ENABLE_TIMING"
 ELASTIC_OTEL_STRAGGLER_WINDOW = "ELASTIC_OTEL_STRAGGLER_WINDOW"
 """Seconds per straggler window: each worker's collectives thread reads its whole Flight

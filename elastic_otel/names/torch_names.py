@@ -38,6 +38,13 @@ on the worker's span."""
 WORKER_STACKS_EVENT: Final = AGENT_STEP_PREFIX + "worker_stacks"
 """Not torch's: the event name of those records."""
 
+NCCL_TIMING_STATE: Final = "NCCL_TIMING"
+"""Not torch's: the state of the record of a worker's NCCL timing decision (on or off, and
+why), which the agent model logs on the worker's span."""
+
+NCCL_TIMING_EVENT: Final = AGENT_STEP_PREFIX + "nccl_timing"
+"""Not torch's: the event name of those records."""
+
 
 class WorkerState(str, Enum):
     """The ``state`` of torch's agent and worker events (``torchelastic.worker.status.<STATE>``),

@@ -55,6 +55,7 @@ class GroupProgress:
     backend: str = ""  # the record it comes from ("gloo", "nccl"; "": not said)
     started: int = -1  # of the last one the device started (-1: the record does not track it)
     state: str | None = None  # the first open one's, once identified: SCHEDULED or STARTED
+    timed_from: int = 0  # the first collective with NCCL timing events (0: none known)
 
     @property
     def open(self) -> bool:
@@ -78,6 +79,8 @@ class GroupProgress:
         device's start; ``None`` where it does not (gloo; NCCL without timing events)."""
         if number > self.issued or number <= self.completed:
             return None
+        if 0 < number < self.timed_from:
+            return None  # enqueued before timing was turned on: it never gets a start event
         if number == self.first_open and self.state is not None:
             return self.state  # read from the entry itself: fresher than the status
         if self.started < 0:
@@ -96,6 +99,76 @@ def group_name(key: str) -> str:
     return key.rpartition(":")[2]
 
 
+TIMING_WITHIN_BUDGET = "within_budget"
+"""Why NCCL timing is on: the measured collective rate times the cost per collective is within
+the budget (``ELASTIC_OTEL_NCCL_TIMING=auto``)."""
+TIMING_OVER_BUDGET = "over_budget"
+TIMING_MEASURING = "measuring"
+"""Off while ``auto`` still measures the collective rate."""
+TIMING_FORCED = "forced"
+"""``ELASTIC_OTEL_NCCL_TIMING`` is ``true`` or ``false``."""
+TIMING_SET_BY_JOB = "set_by_job"
+"""The job set ``TORCH_NCCL_ENABLE_TIMING`` itself."""
+TIMING_NOT_AT_RUN_TIME = "not_at_run_time"
+"""This torch cannot turn timing on at run time (no ``ProcessGroup._enable_collectives_timing``)."""
+TIMING_REASONS = (
+    TIMING_WITHIN_BUDGET,
+    TIMING_OVER_BUDGET,
+    TIMING_MEASURING,
+    TIMING_FORCED,
+    TIMING_SET_BY_JOB,
+    TIMING_NOT_AT_RUN_TIME,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NcclTiming:
+    """A worker's NCCL timing events, on or off, and why (``ELASTIC_OTEL_NCCL_TIMING``)."""
+
+    on: bool
+    reason: str  # one of TIMING_REASONS
+    rate: float | None = None  # collectives a second measured (auto)
+    share_percent: float | None = None  # what timing costs at that rate: % of wall time
+    budget_percent: float | None = None
+    cost_us: float | None = None  # per collective, as configured
+
+    @property
+    def state(self) -> str:
+        return "on" if self.on else "off"
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "on": self.on,
+            "reason": self.reason,
+            "rate": self.rate,
+            "share_percent": self.share_percent,
+            "budget_percent": self.budget_percent,
+            "cost_us": self.cost_us,
+        }
+
+
+def parse_nccl_timing(data: object) -> NcclTiming | None:
+    """:meth:`NcclTiming.as_json`'s object read back; ``None`` if absent or malformed."""
+    if not isinstance(data, dict) or data.get("reason") not in TIMING_REASONS:
+        return None
+    if not isinstance(data.get("on"), bool):
+        return None
+    return NcclTiming(
+        data["on"],
+        str(data["reason"]),
+        _non_negative(data.get("rate")),
+        _non_negative(data.get("share_percent")),
+        _non_negative(data.get("budget_percent")),
+        _non_negative(data.get("cost_us")),
+    )
+
+
+def _non_negative(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        return None  # NaN fails too
+    return float(value)
+
+
 @dataclass(frozen=True, slots=True)
 class CollectiveProgress:
     """What a worker's collectives file says."""
@@ -112,6 +185,7 @@ class CollectiveProgress:
     """Per process group, (sequence number, ns its device spent inside it) of the collectives
     completed since the last window, where the record times them (NCCL with timing events;
     the newest :data:`MAX_ARRIVALS` of each; absent from older files)."""
+    nccl_timing: NcclTiming | None = None  # absent until the worker has a NCCL group
 
     def open_group(self) -> GroupProgress | None:
         """The group whose collective the worker is in: the open one issued last (a worker
@@ -153,6 +227,7 @@ def parse_collectives(data: object) -> CollectiveProgress | None:
                 backend=str(g.get("backend") or ""),
                 started=int(g.get("started", -1)),
                 state=g["state"] if g.get("state") in STATES else None,
+                timed_from=int(g.get("timed_from") or 0),
             )
             for g in data["groups"]
         )
@@ -164,6 +239,7 @@ def parse_collectives(data: object) -> CollectiveProgress | None:
             arrivals=_pairs(data.get("arrivals")),
             window_ns=int(data.get("window_ns") or 0),
             durations=_pairs(data.get("durations")),
+            nccl_timing=parse_nccl_timing(data.get("nccl_timing")),
         )
     except (AttributeError, KeyError, TypeError, ValueError):
         return None

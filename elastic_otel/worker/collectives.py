@@ -26,10 +26,8 @@ from elastic_otel.names.environment_variables import (
     DEFAULT_STALL_AFTER_S,
     DEFAULT_STRAGGLER_WINDOW_S,
     ELASTIC_OTEL_FLIGHT_RECORDER,
-    ELASTIC_OTEL_NCCL_TIMING,
     ELASTIC_OTEL_STALL_AFTER,
     ELASTIC_OTEL_STRAGGLER_WINDOW,
-    TORCH_NCCL_ENABLE_TIMING,
     WORKER_COLLECTIVES_FILE,
     WORKER_FLIGHT_RECORDER_FILE,
     WORKER_REQUESTS_FIFO,
@@ -43,6 +41,7 @@ from elastic_otel.parsing.collectives import (
     op_name,
     poll_period,
 )
+from elastic_otel.worker import nccl_timing
 from elastic_otel.worker.records.gloo import GlooRecord
 from elastic_otel.worker.records.nccl import NcclRecord
 from elastic_otel.worker.records.record import FlightRecord
@@ -59,8 +58,7 @@ def start(directory: str) -> threading.Thread | None:
     stall_after = env_float(ELASTIC_OTEL_STALL_AFTER, DEFAULT_STALL_AFTER_S)
     if not env_flag(ELASTIC_OTEL_FLIGHT_RECORDER, True) or stall_after <= 0:
         return None
-    if env_flag(ELASTIC_OTEL_NCCL_TIMING, False):  # read as NCCL's process groups are made
-        os.environ.setdefault(TORCH_NCCL_ENABLE_TIMING, "1")
+    timing = nccl_timing.arm()  # before torch makes NCCL's process groups
     fifo = os.path.join(directory, WORKER_REQUESTS_FIFO)
     if not os.path.exists(fifo):
         os.mkfifo(fifo, 0o600)
@@ -70,7 +68,7 @@ def start(directory: str) -> threading.Thread | None:
     window = max(env_float(ELASTIC_OTEL_STRAGGLER_WINDOW, DEFAULT_STRAGGLER_WINDOW_S), 0.0)
     # Looking twice per window keeps each window's read within half a window of its time.
     period = min(poll_period(stall_after), window / 2) if window > 0 else poll_period(stall_after)
-    watch = CollectivesWatch(directory, period, stall_after / 2, window)
+    watch = CollectivesWatch(directory, period, stall_after / 2, window, timing=timing)
     thread = threading.Thread(target=watch.run, args=(fd,), name=THREAD_NAME, daemon=True)
     thread.start()
     return thread
@@ -87,6 +85,8 @@ class CollectivesWatch:
         identify_after_s: float,
         window_s: float = 0.0,
         records: list[FlightRecord] | None = None,
+        timing: nccl_timing.TimingSwitch | None = None,
+        enable_timing: nccl_timing.Enable | None = None,
     ) -> None:
         self.path = os.path.join(directory, WORKER_COLLECTIVES_FILE)
         self.dump_path = os.path.join(directory, WORKER_FLIGHT_RECORDER_FILE)
@@ -104,6 +104,8 @@ class CollectivesWatch:
         self._last_seq: dict[str, int] = {}  # per group key: the newest arrival already left
         self._last_done: dict[str, int] = {}  # per group key: the newest duration already left
         self._written: str | None = None
+        self.timing = timing
+        self.enable_timing = enable_timing or _enable_timing
 
     def run(self, fd: int) -> None:
         while os.getpid() == self.pid:  # not in a forked child (the thread is not there)
@@ -129,6 +131,8 @@ class CollectivesWatch:
             changed |= self._update(record.backend, record.status(), now_ns)
         if changed:
             self.progress_ns = now_ns
+        if self.timing is not None:
+            self.timing.observe(now_ns, self.groups.values(), self.enable_timing)
         # Identified once per open collective (tried once: a record without it, say with
         # TORCH_FR_BUFFER_SIZE=0, must not cost a whole read every poll).
         stuck = [
@@ -190,6 +194,7 @@ class CollectivesWatch:
                     "op": None,
                     "sizes": [],
                     "state": None,
+                    "timed_from": 0,
                     "_tried": 0,
                 }
             if (issued, started, completed) == (
@@ -280,7 +285,8 @@ class CollectivesWatch:
                 ):
                     group["op"] = op_name(str(entry.get("profiling_name", "")))
                     group["sizes"] = entry.get("input_sizes") or []
-                    if group["started"] >= 0 and entry.get("state") in STATES:
+                    timed = group["started"] >= 0 and number >= group["timed_from"]
+                    if timed and entry.get("state") in STATES:
                         group["state"] = entry["state"]  # the device's, where it is tracked
                     break
 
@@ -295,6 +301,9 @@ class CollectivesWatch:
             "durations": self.durations,
             "window_ns": self.window_read_ns,
         }
+        decision = self.timing.decision if self.timing is not None else None
+        if decision is not None:
+            body["nccl_timing"] = decision.as_json()
         text = json.dumps(body, sort_keys=True)
         if text == self._written:
             return
@@ -308,6 +317,21 @@ class CollectivesWatch:
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
+
+
+def _enable_timing(name: str) -> bool:
+    """Turn NCCL's timing events on for process group ``name`` (torch's
+    ``ProcessGroup._enable_collectives_timing``: every backend of the group, from its next
+    collective on); ``False`` where torch has no such call or no such group."""
+    c10d: Any = sys.modules.get(C10D_MODULE)
+    try:
+        for pg, pg_name in list(c10d._world.pg_names.items()):
+            if pg_name == name:
+                pg._enable_collectives_timing()
+                return True
+    except Exception:
+        pass
+    return False
 
 
 def _members(name: str) -> list[int]:

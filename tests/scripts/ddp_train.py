@@ -5,8 +5,11 @@ data loader) while the other ranks wait inside theirs, in DDP's all-reduce. ``FU
 averages the gradients with ``torch.distributed._functional_collectives`` instead of DDP (as
 FSDP2 and tensor parallelism do), and so issues no collective before the first ``backward()``.
 For the straggler tests, global rank ``SLOW_RANK`` sleeps ``SLOW_SECONDS`` more than its peers
-before each ``backward()``, and every rank ``STEP_SECONDS`` (a data loader's time). No
-``elastic_otel`` call and no ``@record``.
+before each ``backward()``, and every rank ``STEP_SECONDS`` (a data loader's time). Global rank
+``GPU_HOLD_RANK`` holds its GPU busy (``torch.cuda._sleep``, as the GPU tests' script does)
+before its ``backward()`` once ``GPU_HOLD_AFTER_S`` seconds of training passed: on the CPU only
+under the NCCL stand-in (``tests/support/nccl_standin``), which holds the rank and records its
+next all-reduce as NCCL does behind a busy GPU. No ``elastic_otel`` call and no ``@record``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ def main() -> None:
     slow_rank = int(os.environ.get("SLOW_RANK", "-1"))
     slow_s = float(os.environ.get("SLOW_SECONDS", "0"))
     step_s = float(os.environ.get("STEP_SECONDS", "0"))
+    hold_rank = int(os.environ.get("GPU_HOLD_RANK", "-1"))
+    hold_after_s = float(os.environ.get("GPU_HOLD_AFTER_S", "0"))
+    began = time.monotonic()
     torch.manual_seed(0)
     model: torch.nn.Module = torch.nn.Sequential(
         torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)
@@ -43,6 +49,8 @@ def main() -> None:
         loss = torch.nn.functional.mse_loss(model(inputs), targets)
         if step == hang_step and rank == hang_rank:
             stuck_data_loader()
+        if rank == hold_rank and time.monotonic() - began >= hold_after_s:
+            torch.cuda._sleep(1 << 62)  # GPU HOLD LINE
         if step_s or rank == slow_rank:
             time.sleep(step_s + (slow_s if rank == slow_rank else 0.0))
         loss.backward()
