@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks as one script for a machine with a CUDA device and torch but no OpenTelemetry
 # (CONTRIBUTING.md, "GPU checks"): installs the wheels in .whl/ (this package and its
-# OpenTelemetry dependencies, built and downloaded beforehand), then runs tests/gpu and the step
-# benchmark, writing both logs to $OUT (or /tmp). Each part has a time limit of its own.
+# OpenTelemetry dependencies, built and downloaded beforehand), then runs tests/gpu, the step
+# benchmark and the NCCL timing benchmark, writing their logs to $OUT (or /tmp). Each part has a
+# time limit of its own, 330 + 55 + 200 s in all (under 10 minutes with the install): the step
+# benchmark runs 2 x 200 steps to fit.
 set -uo pipefail
 out=${OUT:-/tmp}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -14,5 +16,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda
       "otel sdk", v.__version__)'
 timeout 330 python3 -m pytest -p no:cacheprovider -v -rA tests/gpu 2>&1 | tee "$out/gpu-tests.log"
 echo "tests exit ${PIPESTATUS[0]}"
-timeout 240 python3 -m benchmarks.gpu_step --runs 3 --steps 300 2>&1 | tee "$out/gpu-step.log"
+timeout 55 python3 -m benchmarks.gpu_step --runs 2 --steps 200 2>&1 | tee "$out/gpu-step.log"
 echo "benchmark exit ${PIPESTATUS[0]}"
+timeout 200 python3 -m benchmarks.nccl_timing 2>&1 | tee "$out/nccl-timing.log"
+echo "nccl timing exit ${PIPESTATUS[0]}"
