@@ -83,8 +83,8 @@ class GroupProgress:
             return None  # enqueued before timing was turned on: it never gets a start event
         if number == self.first_open and self.state is not None:
             return self.state  # read from the entry itself: fresher than the status
-        if self.started < 0:
-            return None
+        if self.started < 0 and not 0 < self.timed_from <= number:
+            return None  # not tracked (gloo; NCCL without timing)
         return STARTED if number <= self.started else SCHEDULED
 
 

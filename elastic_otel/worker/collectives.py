@@ -285,7 +285,11 @@ class CollectivesWatch:
                 ):
                     group["op"] = op_name(str(entry.get("profiling_name", "")))
                     group["sizes"] = entry.get("input_sizes") or []
-                    timed = group["started"] >= 0 and number >= group["timed_from"]
+                    # The entry's state is the device's where the record tracks starts:
+                    # timing on from before ``number`` (or, as before this switch existed,
+                    # a start seen at all).
+                    timed_from = group["timed_from"]
+                    timed = 0 < timed_from <= number or (group["started"] >= 0 and not timed_from)
                     if timed and entry.get("state") in STATES:
                         group["state"] = entry["state"]  # the device's, where it is tracked
                     break

@@ -17,7 +17,6 @@ import os
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
-from elastic_otel.config.environment import env_float
 from elastic_otel.names.environment_variables import (
     DEFAULT_NCCL_TIMING,
     DEFAULT_NCCL_TIMING_BUDGET_PERCENT,
@@ -75,11 +74,20 @@ def arm(environ: MutableMapping[str, str] | None = None) -> TimingSwitch:
     return TimingSwitch(
         mode,
         None,
-        budget_percent=env_float(
-            ELASTIC_OTEL_NCCL_TIMING_BUDGET, DEFAULT_NCCL_TIMING_BUDGET_PERCENT
+        budget_percent=_number(
+            env, ELASTIC_OTEL_NCCL_TIMING_BUDGET, DEFAULT_NCCL_TIMING_BUDGET_PERCENT
         ),
-        cost_us=env_float(ELASTIC_OTEL_NCCL_TIMING_COST_US, DEFAULT_NCCL_TIMING_COST_US),
+        cost_us=_number(env, ELASTIC_OTEL_NCCL_TIMING_COST_US, DEFAULT_NCCL_TIMING_COST_US),
     )
+
+
+def _number(env: MutableMapping[str, str], name: str, default: float) -> float:
+    """A non-negative number from ``env``; ``default`` when unset or malformed."""
+    try:
+        value = float(env.get(name, "").strip() or default)
+    except ValueError:
+        return default
+    return value if value >= 0 else default
 
 
 class TimingSwitch:

@@ -121,7 +121,7 @@ def test_a_held_gpu_is_named_by_every_node_with_nothing_set(
         assert (attrs[A.NCCL_TIMING], attrs[A.NCCL_TIMING_REASON]) == ("on", "within_budget")
         assert attrs[A.NCCL_TIMING_RATE] > 0 and decision["span_id"], decision
         assert decision["body"].startswith("NCCL timing on: "), decision["body"]
-        assert "collectives/s x 3.2 µs" in decision["body"], decision["body"]
+        assert "collectives/s x 9.0 µs" in decision["body"], decision["body"]
     spans = {s["span_id"]: s for s in grpc_receiver.spans() if s["name"] == A.SPAN_WORKER}
     for decision in decisions:
         span = spans.get(decision["span_id"])
