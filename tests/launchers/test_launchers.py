@@ -1,0 +1,378 @@
+"""The bridge under the launchers that end in torch's elastic agent (issue 43): the same two-rank
+DDP job (gloo, tests/scripts/launcher_train.py: global rank 1 raises at step 3 while rank 0 waits
+in DDP's all-reduce) started by ``torchrun --event-log-handler otel`` and by each launcher, with
+the one setting docs/launchers.md gives for it, must export the same traces and name the same
+root cause: the round's trace with one worker span per rank, rank 1 the root cause with the same
+``error.type`` and exit code, the agent's run failed with the same status, and the same root-cause
+line in ``elastic-otel timeline``.
+
+Each job runs once (module fixtures) and exports to a receiver of its own. Where a launcher does
+not get there today, a test says what a user sees instead: ``xfail(strict=True)`` for what is
+missing (it fails the suite once it works, so that docs/launchers.md is updated), and NVIDIA
+resiliency-ext's ``ft_launcher``, which exports nothing, is checked to export nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from elastic_otel.cli.timeline.analysis.build import build_timeline
+from elastic_otel.cli.timeline.render.text import render_text
+from elastic_otel.names import attributes as A
+from tests.support.jobs import SCRIPTS, TORCHRUN, job_env, span_attr
+from tests.support.otlp_receiver import OtlpReceiver, free_port
+
+pytestmark = pytest.mark.e2e
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = str(SCRIPTS / "launcher_train.py")
+ACCELERATE_CONFIG = str(HERE / "accelerate_config.yaml")
+BIN = Path(sys.executable).parent  # the venv's launchers: accelerate, torchx, ft_launcher
+NODE_ARGS = ("--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d", "--monitor-interval=0.5")
+JOB_TIMEOUT_S = 150
+LAUNCHER_MODULES = ("accelerate", "torchx", "nvidia_resiliency_ext")
+
+# How a job's command is made from its rendezvous endpoint and run id.
+Command = Callable[[str, str], list[str]]
+
+
+@dataclass
+class LaunchedJob:
+    """What one launcher's job left: its exit status and output, and what it exported."""
+
+    command: list[str]
+    returncode: int
+    output: str
+    spans: list[dict]
+    logs: list[dict]
+
+    def named(self, name: str) -> list[dict]:
+        return [s for s in self.spans if s["name"] == name]
+
+    def root_cause_line(self) -> str:
+        """``elastic-otel timeline``'s root-cause line, without its time."""
+        text = render_text(build_timeline(self.spans, self.logs))
+        lines = [line.strip() for line in text.splitlines() if "ROOT CAUSE at" in line]
+        assert len(lines) == 1, text
+        return re.sub(r"^ROOT CAUSE at \S+: ", "", lines[0])
+
+    def __str__(self) -> str:  # what a failed assertion prints
+        names = sorted({s["name"] for s in self.spans})
+        return (
+            f"{' '.join(self.command)}\nrc {self.returncode}, spans {names}\n{self.output[-3000:]}"
+        )
+
+
+def launch(
+    tmp_path: Path, command: Command, wait_for_workers: bool = True, **env: str
+) -> LaunchedJob:
+    """Run one job (``FAIL_RANK=1``, ``FAIL_HOW=raise``) to its end, exporting to a receiver of
+    its own; ``env`` on top of the tests' job environment (no ``OTEL_*``, ``PET_*`` or
+    ``ELASTIC_OTEL_*`` from this process)."""
+    with OtlpReceiver("grpc") as receiver:
+        environ = job_env(receiver, tmp_path, FAIL_RANK="1", FAIL_HOW="raise", **env)
+        environ.pop("LOGLEVEL", None)  # torch's event loggers take their level from it
+        environ["PATH"] = os.pathsep.join((str(BIN), environ.get("PATH", "")))
+        cmd = command(f"127.0.0.1:{free_port()}", f"launch-{uuid.uuid4().hex[:6]}")
+        out = tmp_path / "output.txt"
+        with out.open("w") as sink:  # a file: workers in sessions of their own keep no pipe open
+            done = subprocess.run(
+                cmd, env=environ, stdout=sink, stderr=subprocess.STDOUT, cwd=tmp_path,
+                timeout=JOB_TIMEOUT_S,
+            )  # fmt: skip
+        output = out.read_text(errors="replace")
+        if wait_for_workers:  # exported before the launcher exits; the wait is a safety margin
+            receiver.wait_for_spans(2, 15, lambda s: s["name"] == A.SPAN_WORKER)
+        return LaunchedJob(cmd, done.returncode, output, receiver.spans(), receiver.logs())
+
+
+def torchrun_command(endpoint: str, run_id: str) -> list[str]:
+    return [
+        TORCHRUN, *NODE_ARGS, f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
+        "--event-log-handler", "otel", SCRIPT,
+    ]  # fmt: skip
+
+
+def module_run_command(endpoint: str, run_id: str) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run", *NODE_ARGS,
+        f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", SCRIPT,
+    ]  # fmt: skip
+
+
+def accelerate_command(endpoint: str, run_id: str) -> list[str]:
+    # --main_process_port: accelerate checks that port is free (else it switches to torchrun's
+    # --standalone); the c10d store listens on the endpoint that PET_RDZV_ENDPOINT names.
+    return [
+        str(BIN / "accelerate"), "launch", "--config_file", ACCELERATE_CONFIG,
+        "--rdzv_backend", "c10d", "--main_process_port", str(free_port()), SCRIPT,
+    ]  # fmt: skip
+
+
+def torchx_command(env: str) -> Command:
+    def command(endpoint: str, run_id: str) -> list[str]:
+        # dist.ddp builds `torchrun --rdzv_endpoint localhost:0 --rdzv_id <app id> ...` itself
+        return [
+            str(BIN / "torchx"), "run", "-s", "local_cwd", "dist.ddp", "-j", "1x2",
+            "--env", env, "--script", SCRIPT,
+        ]  # fmt: skip
+
+    return command
+
+
+ELASTIC_LAUNCH = """
+    import sys
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=2, run_id={run_id!r}, rdzv_backend="c10d",
+        rdzv_endpoint={endpoint!r}, max_restarts=0, monitor_interval=0.5,
+        event_log_handler="otel",
+    )
+    elastic_launch(config, sys.executable)(sys.argv[1])
+"""
+
+
+def elastic_launch_command(endpoint: str, run_id: str) -> list[str]:
+    source = textwrap.dedent(ELASTIC_LAUNCH.format(run_id=run_id, endpoint=endpoint))
+    return [sys.executable, "-c", source, SCRIPT]
+
+
+def ft_launcher_command(endpoint: str, run_id: str) -> list[str]:
+    return [
+        str(BIN / "ft_launcher"), *NODE_ARGS, f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={run_id}", SCRIPT,
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _launchers_installed() -> None:
+    missing = [m for m in LAUNCHER_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.fail(
+            f"ELASTIC_OTEL_LAUNCHER_TESTS=1 but {missing} not installed: "
+            "pip install torch==2.13.0 -e '.[torch,test,launchers]'"
+        )
+
+
+# --- the jobs, each run once ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def torchrun_job(tmp_path_factory: pytest.TempPathFactory) -> LaunchedJob:
+    """The baseline: ``torchrun --event-log-handler otel``."""
+    return launch(tmp_path_factory.mktemp("torchrun"), torchrun_command)
+
+
+@pytest.fixture(scope="module")
+def module_run_job(tmp_path_factory: pytest.TempPathFactory) -> LaunchedJob:
+    """``python -m torch.distributed.run``, the handler from ``PET_EVENT_LOG_HANDLER``."""
+    return launch(
+        tmp_path_factory.mktemp("module_run"), module_run_command, PET_EVENT_LOG_HANDLER="otel"
+    )
+
+
+@pytest.fixture(scope="module")
+def accelerate_job(tmp_path_factory: pytest.TempPathFactory) -> LaunchedJob:
+    """``accelerate launch``: torch's parser, run inside accelerate's process, reads
+    ``PET_EVENT_LOG_HANDLER`` (accelerate copies only its own options over torchrun's)."""
+    tmp = tmp_path_factory.mktemp("accelerate")
+    return launch(
+        tmp,
+        accelerate_command,
+        PET_EVENT_LOG_HANDLER="otel",
+        # this test's free port and run id; alone on a machine, torchrun's defaults would do
+        PET_RDZV_ENDPOINT=f"127.0.0.1:{free_port()}",
+        PET_RDZV_ID=f"accelerate-{uuid.uuid4().hex[:6]}",
+    )
+
+
+@pytest.fixture(scope="module")
+def torchx_job(tmp_path_factory: pytest.TempPathFactory) -> LaunchedJob:
+    """``torchx run -s local_cwd dist.ddp``, the handler and ``LOGLEVEL=INFO`` through the
+    component's ``--env``."""
+    command = torchx_command("PET_EVENT_LOG_HANDLER=otel,LOGLEVEL=INFO")
+    return launch(tmp_path_factory.mktemp("torchx"), command)
+
+
+@pytest.fixture(scope="module")
+def torchx_handler_only_job(tmp_path_factory: pytest.TempPathFactory) -> LaunchedJob:
+    """TorchX with the handler alone: its component sets ``LOGLEVEL=WARNING``."""
+    command = torchx_command("PET_EVENT_LOG_HANDLER=otel")
+    return launch(tmp_path_factory.mktemp("torchx_handler_only"), command)
+
+
+@pytest.fixture(scope="module")
+def elastic_launch_job(tmp_path_factory: pytest.TempPathFactory) -> LaunchedJob:
+    """torch's ``elastic_launch`` from Python: ``LaunchConfig(event_log_handler="otel")`` and
+    ``ELASTIC_OTEL_ENABLED=true``."""
+    tmp = tmp_path_factory.mktemp("elastic_launch")
+    return launch(tmp, elastic_launch_command, ELASTIC_OTEL_ENABLED="true")
+
+
+@pytest.fixture(scope="module")
+def elastic_launch_handler_only_job(tmp_path_factory: pytest.TempPathFactory) -> LaunchedJob:
+    """``LaunchConfig(event_log_handler="otel")`` alone: the bridge is registered, not
+    activated (nothing on the command line or in the environment asks for it)."""
+    return launch(tmp_path_factory.mktemp("elastic_launch_handler_only"), elastic_launch_command)
+
+
+@pytest.fixture(scope="module")
+def ft_launcher_job(tmp_path_factory: pytest.TempPathFactory) -> LaunchedJob:
+    """NVRx's ``ft_launcher`` with every switch that could ask for the bridge (it has no
+    ``--event-log-handler`` option: it rejects one)."""
+    tmp = tmp_path_factory.mktemp("ft_launcher")
+    return launch(
+        tmp,
+        ft_launcher_command,
+        wait_for_workers=False,
+        PET_EVENT_LOG_HANDLER="otel",
+        ELASTIC_OTEL_ENABLED="true",
+    )
+
+
+LAUNCHERS = {
+    "torchrun": "torchrun_job",
+    "python -m torch.distributed.run": "module_run_job",
+    "accelerate launch": "accelerate_job",
+    "torchx dist.ddp": "torchx_job",
+    "elastic_launch": "elastic_launch_job",
+}
+
+
+@pytest.fixture(params=list(LAUNCHERS))
+def job(request: pytest.FixtureRequest) -> LaunchedJob:
+    return request.getfixturevalue(LAUNCHERS[request.param])
+
+
+# --- what a user reads --------------------------------------------------------------------------
+
+
+def root_cause(job: LaunchedJob) -> dict[str, object]:
+    """The one ERROR worker span: who failed first, and how."""
+    errors = [w for w in job.named(A.SPAN_WORKER) if w["status_code"] == "ERROR"]
+    assert len(errors) == 1, job
+    (culprit,) = errors
+    return {
+        "rank": span_attr(culprit, A.GLOBAL_RANK),
+        "status": culprit["status_message"],
+        "state": span_attr(culprit, A.STATE),
+        "kind": span_attr(culprit, A.FAILURE_KIND),
+        A.ERROR_TYPE: span_attr(culprit, A.ERROR_TYPE),
+        A.PROCESS_EXIT_CODE: span_attr(culprit, A.PROCESS_EXIT_CODE),
+    }
+
+
+def agent_outcome(job: LaunchedJob) -> dict[str, object]:
+    runs = job.named(A.SPAN_AGENT_RUN)
+    assert len(runs) == 1, job
+    (run,) = runs
+    return {
+        "status": (run["status_code"], run["status_message"]),
+        A.ERROR_TYPE: span_attr(run, A.ERROR_TYPE),
+        A.PROCESS_EXIT_CODE: span_attr(run, A.PROCESS_EXIT_CODE),
+    }
+
+
+def round_trace(job: LaunchedJob) -> str:
+    """The trace id of round 0, the job's only round."""
+    joins = job.named(A.SPAN_RDZV_JOIN)
+    assert [span_attr(j, A.ROUND) for j in joins] == [0], job
+    return str(joins[0]["trace_id"])
+
+
+# --- the same as torchrun -----------------------------------------------------------------------
+
+
+def test_the_launcher_fails_as_torchrun_does(job: LaunchedJob, torchrun_job: LaunchedJob) -> None:
+    """The launcher ran the workers and failed with the job: rank 1's exception in its output,
+    torchrun's exit status (1)."""
+    assert "injected failure: the loss is NaN" in job.output, job
+    assert job.returncode == torchrun_job.returncode == 1, job
+
+
+def test_the_same_root_cause_as_torchrun(job: LaunchedJob, torchrun_job: LaunchedJob) -> None:
+    baseline = root_cause(torchrun_job)
+    assert baseline["rank"] == 1 and baseline["kind"] == A.KIND_ROOT_CAUSE, baseline
+    assert baseline[A.ERROR_TYPE] == "RuntimeError" and baseline[A.PROCESS_EXIT_CODE] == 1
+    assert root_cause(job) == baseline, job
+    assert agent_outcome(job) == agent_outcome(torchrun_job), job
+    assert job.root_cause_line() == torchrun_job.root_cause_line()
+
+
+def test_worker_spans_per_rank_under_the_rounds_trace(
+    job: LaunchedJob, torchrun_job: LaunchedJob
+) -> None:
+    """One worker span per rank, in the trace of the round, under this node's member span; the
+    victim (rank 0) is no error and links to the root cause; the same span names as torchrun's."""
+    trace = round_trace(job)
+    members = {s["span_id"] for s in job.named(A.SPAN_RDZV_MEMBER) if s["trace_id"] == trace}
+    workers = {span_attr(w, A.GLOBAL_RANK): w for w in job.named(A.SPAN_WORKER)}
+    assert sorted(workers) == [0, 1] and len(job.named(A.SPAN_WORKER)) == 2, job
+    for worker in workers.values():
+        assert worker["trace_id"] == trace, job
+        assert worker["parent_span_id"] in members, job
+    victim = workers[0]
+    assert victim["status_code"] != "ERROR" and span_attr(victim, A.ERROR_TYPE) is None, victim
+    # it failed in its collective, or was stopped by its agent (in the stop phase: no kind)
+    assert span_attr(victim, A.STATE) in ("PEER_FAILED", "STOPPED"), victim
+    assert span_attr(victim, A.FAILURE_KIND) in (A.KIND_PEER_FAILURE, A.KIND_STOPPED, None)
+    assert [link["span_id"] for link in victim["links"]] == [workers[1]["span_id"]]
+    assert {s["name"] for s in job.spans} == {s["name"] for s in torchrun_job.spans}, job
+
+
+# --- where a launcher does not get there today ---------------------------------------------------
+
+
+def test_torchx_with_the_handler_alone_names_the_root_cause(
+    torchx_handler_only_job: LaunchedJob, torchrun_job: LaunchedJob
+) -> None:
+    """Under TorchX's ``LOGLEVEL=WARNING`` the bridge's own agent instrumentation still sees the
+    workers end: the worker spans and the root cause are right."""
+    assert root_cause(torchx_handler_only_job) == root_cause(torchrun_job)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="TorchX's dist components set LOGLEVEL=WARNING; torch's event loggers take their "
+    "level from LOGLEVEL and drop torch's INFO events (agent, rendezvous) before the bridge",
+)
+def test_torchx_with_the_handler_alone_exports_the_rounds_trace(
+    torchx_handler_only_job: LaunchedJob, torchrun_job: LaunchedJob
+) -> None:
+    job = torchx_handler_only_job
+    assert {s["name"] for s in job.spans} == {s["name"] for s in torchrun_job.spans}, job
+    assert agent_outcome(job) == agent_outcome(torchrun_job), job
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="LaunchConfig(event_log_handler='otel') alone registers the bridge without "
+    "activating it (no agent instrumentation): both workers are reported as errors",
+)
+def test_elastic_launch_with_the_handler_alone_names_the_root_cause(
+    elastic_launch_handler_only_job: LaunchedJob, torchrun_job: LaunchedJob
+) -> None:
+    assert root_cause(elastic_launch_handler_only_job) == root_cause(torchrun_job)
+
+
+def test_ft_launcher_exports_nothing(ft_launcher_job: LaunchedJob) -> None:
+    """nvidia-resiliency-ext 0.4.1's ``ft_launcher`` runs the job on its own copy of torch's
+    elastic agent (``_torch_elastic_compat``): its events go to that copy's handler registry, it
+    never imports torch's rendezvous (whose entry points activate the bridge), and it has no
+    ``--event-log-handler``. The job runs and fails as it should; nothing is exported."""
+    job = ft_launcher_job
+    assert job.returncode != 0, job
+    assert "injected failure: the loss is NaN" in job.output, job
+    assert job.spans == [] and job.logs == [], job
