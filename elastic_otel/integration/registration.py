@@ -3,7 +3,9 @@ owner of everything registering changes.
 
 :class:`Registration` installs the ``otel`` destination (and ``dynamic_rendezvous``, without
 which torch builds no rendezvous event, with a cheaper naming of those events), torchelastic's
-metrics, the agent instrumentation and an exit step, keeping what it replaced on the instance;
+metrics, the agent instrumentation and an exit step, lets torch's events through its event
+loggers whatever ``LOGLEVEL`` says, and can watch torch's agent start (for activation), keeping
+what it replaced on the instance;
 :meth:`Registration.uninstall` undoes exactly that, as OpenTelemetry's ``BaseInstrumentor``
 does. The bridge handler itself outlives :func:`unregister`. Design: ``docs/architecture.md``
 (Life cycle).
@@ -11,9 +13,12 @@ does. The bridge handler itself outlives :func:`unregister`. Design: ``docs/arch
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from elastic_otel.bridge.handler import OtelHandler, get_handler
 from elastic_otel.config.settings import Settings
@@ -22,6 +27,21 @@ from elastic_otel.integration import torch_metrics as metrics
 from elastic_otel.names.torch_names import DESTINATION, RDZV_DESTINATION, TORCH_EVENT_LOGGER_PREFIX
 
 _lock = threading.RLock()
+_RUN_HOOK_FLAG = "__elastic_otel_run_hook__"  # on the wrapper of torch's agent run
+
+
+class _AsBefore(logging.Filter):
+    """On a handler that shares a torch event logger with the bridge: drops that logger's records
+    below the level the logger had before the bridge lowered it, so that the handler gets what it
+    got before (torch's console handler prints no more than ``LOGLEVEL`` lets through)."""
+
+    def __init__(self, logger_name: str, level: int) -> None:
+        super().__init__()
+        self.logger_name = logger_name
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name != self.logger_name or record.levelno >= self.level
 
 
 def _torch_registry() -> dict[str, logging.Handler]:
@@ -32,6 +52,19 @@ def _torch_registry() -> dict[str, logging.Handler]:
 
 def _event_logger(destination: str) -> logging.Logger:
     return logging.getLogger(TORCH_EVENT_LOGGER_PREFIX + destination)
+
+
+def _torch_event_logger(destination: str) -> logging.Logger | None:
+    """torch's logger for ``destination``, made now the way torch makes it on first use (its
+    level from ``LOGLEVEL``, the registered handler) if it is not made yet; ``None`` when torch
+    has no such function or refuses (a ``LOGLEVEL`` that ``setLevel`` does not know)."""
+    try:
+        from torch.distributed.elastic import events
+
+        logger = events._get_or_create_logger(destination)
+    except Exception:
+        return None
+    return logger if isinstance(logger, logging.Logger) else None
 
 
 class Registration:
@@ -57,6 +90,11 @@ class Registration:
         self.restore_method_names: Callable[[], None] | None = None  # torch's, put back
         self.metrics: metrics.TorchMetrics | None = None
         self.agent_wrapped = False
+        # torch's event loggers whose level was lowered → their level before; the filters given
+        # to the other handlers on them
+        self.lowered: dict[logging.Logger, int] = {}
+        self.filters: list[tuple[logging.Handler, logging.Filter]] = []
+        self.agent_run: tuple[type, Any] | None = None  # torch's agent class, its own run
 
     # --- install ------------------------------------------------------------------------------
 
@@ -78,6 +116,9 @@ class Registration:
             if route_rendezvous:
                 self._route_rendezvous(registry)
             if start:
+                self._admit_events(DESTINATION)
+                if route_rendezvous:
+                    self._admit_events(RDZV_DESTINATION)
                 self.handler.start()
                 self._install_metrics()
                 self._instrument_agent()
@@ -103,6 +144,59 @@ class Registration:
         if self.restore_method_names is None:  # torch names each event: cheaply, now
             self.restore_method_names = rendezvous_names.install()
 
+    def _admit_events(self, destination: str) -> None:
+        """Let torch's events for ``destination`` reach the bridge whatever ``LOGLEVEL`` says.
+
+        torch makes one logger per destination on first use, sets its level from ``LOGLEVEL``
+        (default ``INFO``) and records every event at ``INFO``: under ``LOGLEVEL=WARNING``
+        (TorchX's ``dist`` components set it) the logger drops them all before any handler
+        sees them, and no handler-side setting can undo that. So the logger is made now, as
+        torch makes it (torch would set its level again when it makes it later), and only its
+        level is lowered to ``INFO``: the level of every other logger (torch's console logging
+        included) stays as ``LOGLEVEL`` set it, and any other handler on this logger gets a
+        filter that drops what it did not get before. :meth:`uninstall` puts both back.
+        """
+        logger = _torch_event_logger(destination)
+        if logger is None or logger in self.lowered or logger.getEffectiveLevel() <= logging.INFO:
+            return
+        if self.handler not in logger.handlers:
+            return  # torch's logger sends this destination elsewhere: not the bridge's to open
+        before = logger.level
+        for other in logger.handlers:
+            if other is self.handler or isinstance(other, logging.NullHandler):
+                continue
+            if other.level < before:
+                kept = _AsBefore(logger.name, before)
+                other.addFilter(kept)
+                self.filters.append((other, kept))
+        logger.setLevel(logging.INFO)
+        self.lowered[logger] = before
+
+    def watch_agent_runs(self, on_run: Callable[[Any], None]) -> None:
+        """Call ``on_run(agent)`` when one of torch's elastic agents starts to run, before torch
+        runs it (idempotent); an exception from ``on_run`` is dropped. Not done while torch is
+        still importing its agent module (this runs from torch's own imports)."""
+        with self._lock:
+            if self.agent_run is not None:
+                return
+            try:
+                from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+            except ImportError:  # torch is importing its agent module right now
+                return
+            original = SimpleElasticAgent.__dict__.get("run")
+            if not callable(original) or getattr(original, _RUN_HOOK_FLAG, False):
+                return
+
+            @functools.wraps(original)
+            def run(agent: Any, *args: Any, **kwargs: Any) -> Any:
+                with contextlib.suppress(Exception):  # never break torch's agent
+                    on_run(agent)
+                return original(agent, *args, **kwargs)
+
+            setattr(run, _RUN_HOOK_FLAG, True)
+            SimpleElasticAgent.run = run  # type: ignore[method-assign]
+            self.agent_run = (SimpleElasticAgent, original)
+
     def _install_metrics(self) -> None:
         if self.metrics is not None:
             return
@@ -124,8 +218,8 @@ class Registration:
     def uninstall(self) -> None:
         """Undo everything :meth:`install` changed: the agent's methods, torch's metric lookup
         (a provider built for it is shut down, bounded, and its exit step dropped), torch's
-        registry entries, the rendezvous logger's handler and torch's event naming. The handler
-        keeps running."""
+        registry entries, the rendezvous logger's handler, torch's event naming, its event
+        loggers' levels and its agent's ``run``. The handler keeps running."""
         with self._lock:
             if self.agent_wrapped:
                 self.agent.uninstrument()
@@ -150,6 +244,18 @@ class Registration:
             restore, self.restore_method_names = self.restore_method_names, None
             if restore is not None:
                 restore()
+            for logger, before in self.lowered.items():
+                if logger.level == logging.INFO:  # else someone set it since: theirs stays
+                    logger.setLevel(before)
+            self.lowered.clear()
+            for other, kept in self.filters:
+                other.removeFilter(kept)
+            self.filters.clear()
+            if self.agent_run is not None:
+                cls, original = self.agent_run
+                if getattr(cls.__dict__.get("run"), _RUN_HOOK_FLAG, False):
+                    cls.run = original  # type: ignore[attr-defined]
+                self.agent_run = None
 
 
 # --- the process's registration ------------------------------------------------------------

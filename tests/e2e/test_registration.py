@@ -265,8 +265,10 @@ def test_bridge_on_the_root_logger_does_not_recurse(tmp_path: Path) -> None:
 def test_unregister_puts_back_everything_register_changed_and_register_works_again(
     tmp_path: Path,
 ) -> None:
-    """torch's registry, the rendezvous logger, ``getStream`` in both torch modules, every
-    wrapped agent method and the metrics' exit step: as before register(), twice over."""
+    """torch's registry, the rendezvous logger and its level, ``getStream`` in both torch
+    modules, every wrapped agent method and the metrics' exit step: as before register(), twice
+    over. Under ``LOGLEVEL=WARNING``, at which torch makes its event loggers drop its events: the
+    bridge lowers their level while registered (events flow) and puts torch's back."""
     result = run_py(
         """
         import json, logging
@@ -281,8 +283,8 @@ def test_unregister_puts_back_everything_register_changed_and_register_works_aga
         from elastic_otel.integration import torch_metrics as metrics
 
         # torch's rendezvous logger exists (cached with its NullHandler) before register()
-        events.construct_and_record_rdzv_event(run_id="r", message="m",
-                                               node_state=events.NodeState.INIT)
+        # (record_rdzv_event: construct_and_record_rdzv_event skips a NullHandler destination)
+        events.record_rdzv_event(events.RdzvEvent("n", "r", "m", "h", 1, events.NodeState.INIT))
         METHODS = [(LocalElasticAgent, "_monitor_workers"), (LocalElasticAgent, "_stop_workers"),
                    (LocalElasticAgent, "_start_workers"),
                    (LocalElasticAgent, "_setup_local_watchdog"),
@@ -293,6 +295,7 @@ def test_unregister_puts_back_everything_register_changed_and_register_works_aga
                 "registry": dict(handlers._log_handlers),
                 "rdzv_logger": list(logging.getLogger(
                     "torchelastic-events-dynamic_rendezvous").handlers),
+                "rdzv_level": logging.getLogger("torchelastic-events-dynamic_rendezvous").level,
                 "getStream": (torch_metrics.getStream, torch_metrics_api.getStream),
                 "agent": [cls.__dict__[name] for cls, name in METHODS],
                 "metrics_exit": [
@@ -326,9 +329,11 @@ def test_unregister_puts_back_everything_register_changed_and_register_works_aga
                 "metrics": metrics.installed_handler() is not None,
                 "processed": elastic_otel.stats()["processed"],
                 "same_handler": handler is elastic_otel.get_handler(),
+                "otel_level": logging.getLogger("torchelastic-events-otel").level,
             })
             elastic_otel.unregister()
             rounds[-1]["left_changed"] = changed(before, state())
+            rounds[-1]["otel_level_after"] = logging.getLogger("torchelastic-events-otel").level
             rounds[-1]["metrics_after"] = metrics.installed_handler() is not None
         print(json.dumps(rounds))
     """,
@@ -339,9 +344,10 @@ def test_unregister_puts_back_everything_register_changed_and_register_works_aga
             OTEL_LOGS_EXPORTER="none",
             OTEL_METRICS_EXPORTER="none",
             ELASTIC_OTEL_AGENT_INSTRUMENTATION="true",
+            LOGLEVEL="WARNING",
         ),
     )
-    everything = ["agent", "getStream", "metrics_exit", "rdzv_logger", "registry"]
+    everything = ["agent", "getStream", "metrics_exit", "rdzv_level", "rdzv_logger", "registry"]
     assert len(result) == 2
     for i, round_ in enumerate(result):
         assert round_["changed"] == everything
@@ -349,3 +355,4 @@ def test_unregister_puts_back_everything_register_changed_and_register_works_aga
         assert round_["left_changed"] == [], "unregister() left something behind"
         assert not round_["metrics_after"]
         assert round_["processed"] == 2 * (i + 1), "events flow again after re-register()"
+        assert (round_["otel_level"], round_["otel_level_after"]) == (20, 30)  # INFO, WARNING

@@ -6,15 +6,16 @@ root cause: the round's trace with one worker span per rank, rank 1 the root cau
 ``error.type`` and exit code, the agent's run failed with the same status, and the same root-cause
 line in ``elastic-otel timeline``.
 
-Each job runs once (module fixtures) and exports to a receiver of its own. Where a launcher does
-not get there today, a test says what a user sees instead: ``xfail(strict=True)`` for what is
-missing (it fails the suite once it works, so that docs/launchers.md is updated), and NVIDIA
+Each job runs once (module fixtures) and exports to a receiver of its own. Two settings that once
+needed a workaround are checked with the handler alone: TorchX, whose component sets
+``LOGLEVEL=WARNING``, and ``elastic_launch``, whose handler only its ``LaunchConfig`` names. NVIDIA
 resiliency-ext's ``ft_launcher``, which exports nothing, is checked to export nothing.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -30,7 +31,7 @@ import pytest
 from elastic_otel.cli.timeline.analysis.build import build_timeline
 from elastic_otel.cli.timeline.render.text import render_text
 from elastic_otel.names import attributes as A
-from tests.support.jobs import SCRIPTS, TORCHRUN, job_env, span_attr
+from tests.support.jobs import LIGHT, SCRIPTS, TORCHRUN, job_env, span_attr
 from tests.support.otlp_receiver import OtlpReceiver, free_port
 
 pytestmark = pytest.mark.e2e
@@ -200,32 +201,17 @@ def accelerate_job(tmp_path_factory: pytest.TempPathFactory) -> LaunchedJob:
 
 @pytest.fixture(scope="module")
 def torchx_job(tmp_path_factory: pytest.TempPathFactory) -> LaunchedJob:
-    """``torchx run -s local_cwd dist.ddp``, the handler and ``LOGLEVEL=INFO`` through the
-    component's ``--env``."""
-    command = torchx_command("PET_EVENT_LOG_HANDLER=otel,LOGLEVEL=INFO")
+    """``torchx run -s local_cwd dist.ddp``, the handler alone through the component's
+    ``--env``: the component sets ``LOGLEVEL=WARNING`` (``launch`` leaves ``LOGLEVEL`` unset)."""
+    command = torchx_command("PET_EVENT_LOG_HANDLER=otel")
     return launch(tmp_path_factory.mktemp("torchx"), command)
 
 
 @pytest.fixture(scope="module")
-def torchx_handler_only_job(tmp_path_factory: pytest.TempPathFactory) -> LaunchedJob:
-    """TorchX with the handler alone: its component sets ``LOGLEVEL=WARNING``."""
-    command = torchx_command("PET_EVENT_LOG_HANDLER=otel")
-    return launch(tmp_path_factory.mktemp("torchx_handler_only"), command)
-
-
-@pytest.fixture(scope="module")
 def elastic_launch_job(tmp_path_factory: pytest.TempPathFactory) -> LaunchedJob:
-    """torch's ``elastic_launch`` from Python: ``LaunchConfig(event_log_handler="otel")`` and
-    ``ELASTIC_OTEL_ENABLED=true``."""
-    tmp = tmp_path_factory.mktemp("elastic_launch")
-    return launch(tmp, elastic_launch_command, ELASTIC_OTEL_ENABLED="true")
-
-
-@pytest.fixture(scope="module")
-def elastic_launch_handler_only_job(tmp_path_factory: pytest.TempPathFactory) -> LaunchedJob:
-    """``LaunchConfig(event_log_handler="otel")`` alone: the bridge is registered, not
-    activated (nothing on the command line or in the environment asks for it)."""
-    return launch(tmp_path_factory.mktemp("elastic_launch_handler_only"), elastic_launch_command)
+    """torch's ``elastic_launch`` from Python, ``LaunchConfig(event_log_handler="otel")`` alone:
+    nothing on the command line or in the environment asks for the bridge."""
+    return launch(tmp_path_factory.mktemp("elastic_launch"), elastic_launch_command)
 
 
 @pytest.fixture(scope="module")
@@ -332,39 +318,80 @@ def test_worker_spans_per_rank_under_the_rounds_trace(
     assert {s["name"] for s in job.spans} == {s["name"] for s in torchrun_job.spans}, job
 
 
-# --- where a launcher does not get there today ---------------------------------------------------
+# --- the settings that once needed a workaround --------------------------------------------------
 
 
-def test_torchx_with_the_handler_alone_names_the_root_cause(
-    torchx_handler_only_job: LaunchedJob, torchrun_job: LaunchedJob
-) -> None:
-    """Under TorchX's ``LOGLEVEL=WARNING`` the bridge's own agent instrumentation still sees the
-    workers end: the worker spans and the root cause are right."""
-    assert root_cause(torchx_handler_only_job) == root_cause(torchrun_job)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="TorchX's dist components set LOGLEVEL=WARNING; torch's event loggers take their "
-    "level from LOGLEVEL and drop torch's INFO events (agent, rendezvous) before the bridge",
-)
 def test_torchx_with_the_handler_alone_exports_the_rounds_trace(
-    torchx_handler_only_job: LaunchedJob, torchrun_job: LaunchedJob
+    torchx_job: LaunchedJob, torchrun_job: LaunchedJob
 ) -> None:
-    job = torchx_handler_only_job
+    """TorchX's ``dist`` components set ``LOGLEVEL=WARNING``, at which torch's event loggers
+    would drop torch's events (all at INFO) before any handler: the bridge still gets them (the
+    rendezvous and ``agent.run`` spans torchrun's job has), and torch prints no INFO line."""
+    job = torchx_job
     assert {s["name"] for s in job.spans} == {s["name"] for s in torchrun_job.spans}, job
+    assert {A.SPAN_RDZV_JOIN, A.SPAN_AGENT_RUN} <= {s["name"] for s in job.spans}, job
     assert agent_outcome(job) == agent_outcome(torchrun_job), job
+    assert "Starting elastic_operator" not in job.output, job  # torch's launcher INFO line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LaunchConfig(event_log_handler='otel') alone registers the bridge without "
-    "activating it (no agent instrumentation): both workers are reported as errors",
-)
 def test_elastic_launch_with_the_handler_alone_names_the_root_cause(
-    elastic_launch_handler_only_job: LaunchedJob, torchrun_job: LaunchedJob
+    elastic_launch_job: LaunchedJob, torchrun_job: LaunchedJob
 ) -> None:
-    assert root_cause(elastic_launch_handler_only_job) == root_cause(torchrun_job)
+    """``LaunchConfig(event_log_handler="otel")`` activates the bridge when torch's agent starts
+    to run: its instrumentation names the root cause (not both ranks), and the round is traced."""
+    job = elastic_launch_job
+    assert root_cause(job) == root_cause(torchrun_job), job
+    assert job.named(A.SPAN_RDZV_JOIN) and job.named(A.SPAN_AGENT_RUN), job
+
+
+ACTIVATED_BY = """
+    import json, os, sys, uuid
+    from torch.distributed.elastic.events import handlers
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from elastic_otel.integration.agent_instrumentation import AgentInstrumentation
+
+    script, *ports = sys.argv[1:]
+
+    def activated_by(handler):
+        config = LaunchConfig(
+            min_nodes=1, max_nodes=1, nproc_per_node=1, run_id=uuid.uuid4().hex,
+            rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:" + ports.pop(), max_restarts=0,
+            monitor_interval=0.5, event_log_handler=handler,
+        )
+        elastic_launch(config, sys.executable)(script)
+        routed = type(handlers._log_handlers["dynamic_rendezvous"]).__name__ != "NullHandler"
+        return routed or AgentInstrumentation.installed() is not None
+
+    activated = {"null": activated_by("null")}
+    os.environ["ELASTIC_OTEL_ENABLED"] = "false"
+    activated["otel, ELASTIC_OTEL_ENABLED=false"] = activated_by("otel")
+    del os.environ["ELASTIC_OTEL_ENABLED"]
+    activated["otel"] = activated_by("otel")
+    print(json.dumps(activated))
+"""
+
+
+def test_elastic_launch_activates_only_when_its_config_asks(tmp_path: Path) -> None:
+    """The rule (docs/architecture.md, How activation works): an agent started through torch's
+    launcher API activates the bridge when its config names the ``otel`` handler, unless
+    ``ELASTIC_OTEL_ENABLED=false``; with torch's default handler (``null``) the bridge stays
+    off. Three agents in one process, in that order (activation is one-way), with one light
+    worker each; activated: the rendezvous routed to the bridge or the agent instrumented."""
+    environ = job_env(
+        None, tmp_path, OTEL_TRACES_EXPORTER="none", OTEL_LOGS_EXPORTER="none",
+        OTEL_METRICS_EXPORTER="none",
+    )  # fmt: skip
+    ports = [str(free_port()) for _ in range(3)]
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(ACTIVATED_BY), str(LIGHT), *ports], env=environ,
+        capture_output=True, text=True, cwd=tmp_path, timeout=JOB_TIMEOUT_S,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "null": False,
+        "otel, ELASTIC_OTEL_ENABLED=false": False,
+        "otel": True,
+    }
 
 
 def test_ft_launcher_exports_nothing(ft_launcher_job: LaunchedJob) -> None:

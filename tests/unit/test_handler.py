@@ -13,6 +13,7 @@ processor.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ from elastic_otel.emit.counters import DeliveryCounters
 from elastic_otel.emit.delivery import LogOutageBuffer, SpanOutageBuffer
 from elastic_otel.emit.pipeline import Pipeline
 from elastic_otel.integration import activation
+from elastic_otel.integration.registration import Registration
 from elastic_otel.names import attributes as A
 from elastic_otel.names import environment_variables as env
 from tests.support.fixtures import captured_events
@@ -658,3 +660,38 @@ def test_activation_treats_an_unrecognised_enabled_flag_as_unset(
         assert activation.requested() is expected
     warned = elastic_warnings(caplog, env.ELASTIC_OTEL_ENABLED)
     assert len(warned) == (1 if enabled == "garbage" else 0)
+
+
+def test_activation_lets_torchs_events_through_under_loglevel_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``LOGLEVEL=WARNING`` (TorchX's): torch makes a destination's logger at WARNING, which would
+    drop torch's events (INFO) before the bridge. Activation lowers that logger alone to INFO; a
+    handler that shares it gets what it got before (a WARNING, not the INFO event); uninstalling
+    puts torch's level back and the handler's filters away. torch's real logger and registry,
+    for a destination of this test's own."""
+    from torch.distributed.elastic import events
+    from torch.distributed.elastic.events import handlers as torch_handlers
+
+    destination = f"test-{uuid.uuid4().hex[:6]}"
+    console = logging.StreamHandler(io.StringIO())  # in place of torch's process-wide console
+    bridge = OtelHandler(pipeline_factory=lambda: None)
+    monkeypatch.setenv("LOGLEVEL", "WARNING")
+    monkeypatch.setitem(torch_handlers._log_handlers, destination, console)
+    logger = events._get_or_create_logger(destination)  # torch's: at WARNING, with the console
+    logger.addHandler(bridge)  # as registration does for a logger torch made already
+    registration = Registration(bridge)
+    try:
+        assert logger.level == logging.WARNING
+        registration._admit_events(destination)
+        events.record(Event("admitted", EventSource.AGENT), destination)
+        logger.warning("a warning")
+        assert logger.level == logging.INFO
+        assert bridge.counters.received == 2
+        assert console.stream.getvalue() == "a warning\n"
+        registration.uninstall()
+        assert logger.level == logging.WARNING and console.filters == []
+    finally:
+        logger.removeHandler(bridge)
+        bridge.shutdown()
+        events._events_loggers.pop(destination, None)
