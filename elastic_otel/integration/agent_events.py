@@ -26,8 +26,10 @@ from elastic_otel.model.failures import classify
 from elastic_otel.model.goodput import Summary
 from elastic_otel.model.slow_nodes import SlowNode, slow_node_attributes
 from elastic_otel.model.stalls import (
+    INIT_GROUP,
     STALL_EVENT_NAME,
     STALL_STATE,
+    STARTUP,
     TRAINING,
     SilentNode,
     TrainingStall,
@@ -287,10 +289,13 @@ def report_stacks_and_stall(
     if stall.remote:  # named by the nodes that have them (the stall exchange)
         facts[A.STALLED_REMOTE_HOST] = ", ".join(stall.remote_hosts)
         facts[A.STALLED_REMOTE_PIDS] = stall.remote_pids
+    if stall.phase == STARTUP:
+        facts[A.STALLED_PHASE] = STARTUP
     if stall.collective:
         facts[A.STALLED_COLLECTIVE] = stall.collective
+    if stall.collective and stall.group != INIT_GROUP:  # no group exists inside init
         facts[A.STALLED_COLLECTIVE_NUMBER] = stall.number
-    if stall.group is not None:
+    if stall.group is not None and stall.group != INIT_GROUP:
         facts[A.STALLED_PROCESS_GROUP] = stall.group
     if stall.backend:
         facts[A.STALLED_BACKEND] = stall.backend

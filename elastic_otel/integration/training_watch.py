@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from elastic_otel.integration.stall_exchange import StallExchange
 from elastic_otel.model.slow_nodes import node_inside
-from elastic_otel.model.stalls import RankProgress, TrainingStall, rank_progress, training_stall
+from elastic_otel.model.stalls import (
+    STARTUP,
+    RankProgress,
+    TrainingStall,
+    rank_progress,
+    startup_stall,
+    training_stall,
+)
 from elastic_otel.model.stragglers import RankScore, Straggler, StragglerWatch
 from elastic_otel.names.environment_variables import (
     WORKER_FLIGHT_RECORDER_FILE,
@@ -116,6 +123,7 @@ class _Group:
     exchange: StragglerExchange | None = None  # the slow-node exchange (two nodes or more)
     windows_closed: int = 0
     report_timing: Callable[[WatchedWorker, NcclTiming], None] | None = None
+    started_ns: int = 0  # when its workers started (the start-up watch's clock)
     timings: dict[int, NcclTiming] = field(default_factory=dict)  # rank → its decision said
 
 
@@ -164,6 +172,7 @@ class TrainingWatch:
                 workers, report, int(after_s * 1e9), current_stalls, observe=observe
             )
             group.report_timing = report_timing
+            group.started_ns = time.time_ns()
             if store is not None:
                 group.stall_exchange = StallExchange(store, self._wake.set)
             if straggler_window_s > 0:
@@ -254,8 +263,12 @@ class TrainingWatch:
             group.observe(now_ns, [group.seen[r.global_rank] for r in ranks])
         local = [w.global_rank for w in group.workers]
         stall = training_stall(ranks, now_ns, group.after_ns, local)
+        if stall is None:
+            stall = startup_stall(ranks, now_ns, group.after_ns, group.started_ns)
         if stall is not None and group.stall_exchange is not None:
             stall = group.stall_exchange.exchanged(stall, ranks)
+        if stall is not None and stall.phase == STARTUP and not (stall.waiting or stall.waited_for):
+            stall = None  # in start-up, nobody waits for this node's ranks: a slow start
         group.stalled_s = stall.seconds if stall is not None else 0.0
         named = stall is not None and bool(stall.waited_for or stall.remote)
         if stall is None:

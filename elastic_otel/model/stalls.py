@@ -44,8 +44,16 @@ WAIT_KINDS = ("rendezvous.join", "exit_barrier", "stop_workers")
 round, torch's exit barrier, the agent waiting for its workers to stop."""
 TRAINING = "training"
 """``torchelastic.stalled.in`` of a training stall: no local rank made progress (see
-:func:`training_stall`); reported by the agent instrumentation, which reads the workers'
-progress records."""
+:func:`training_stall`), or, in start-up, ranks wait for others to reach the job's first
+rendezvous (:func:`startup_stall`); reported by the agent instrumentation, which reads the
+workers' progress records."""
+STARTUP = "startup"
+"""``torchelastic.stalled.phase`` of a stall before training began: from the workers' start to
+their first collective (imports, the model, ``init_process_group``, the first collective)."""
+INIT = "init_process_group"
+INIT_GROUP = "init"
+"""The exchange's name for what ranks inside ``init_process_group`` wait in (no process group
+exists yet): every rank of the job must reach it."""
 
 
 @dataclass(slots=True)
@@ -137,6 +145,8 @@ class RankProgress:
     members: tuple[int, ...] = ()  # the global ranks of ``group`` (empty: unknown)
     left: bool = False  # it left training: destroyed its default process group, or exiting
     timing: NcclTiming | None = None  # its NCCL timing events, where it has a NCCL group
+    init: int = 0  # init_process_group: 0 not reached (or unknown), 1 inside (since
+    # ``progress_ns``), 2 past it
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +166,7 @@ class TrainingStall:
     local_group: bool = False  # every member of the group is a local rank
     timed_out: tuple[int, ...] = ()  # local ranks whose NCCL watchdog timed the collective out
     timeout_s: float | None = None  # after how long
+    phase: str = TRAINING  # STARTUP before training began
     timing: NcclTiming | None = None  # the waiting ranks' NCCL timing, where they have one
     # Named by other nodes through the round's store (model/stall_exchange.py): the ranks
     # waited for there, their nodes (host, agent pid) and the first one's innermost frame.
@@ -182,8 +193,19 @@ def _rank_progress(
 ) -> RankProgress:
     groups = collectives.groups if collectives is not None else ()
     if collectives is None or not groups:
+        if progress.init == 1:  # inside init_process_group since it entered it
+            return RankProgress(global_rank, INIT, 0, progress.step, progress.since_ns, init=1)
+        # Before init_process_group, or past it: only the Python record says which (the
+        # rank's groups are in the Flight Recorder once it made them).
+        init_state = progress.init or (2 if progress.entered else 0)
         return RankProgress(
-            global_rank, progress.collective, progress.entered, progress.step, progress.progress_ns
+            global_rank,
+            progress.collective,
+            progress.entered,
+            progress.step,
+            progress.progress_ns,
+            issued=((INIT_GROUP, 1 if init_state else 0),),
+            init=init_state,
         )
     issued = tuple((g.key, g.issued) for g in groups)
     progress_ns = max(progress.progress_ns, collectives.progress_ns)
@@ -200,6 +222,7 @@ def _rank_progress(
             issued,
             inside.state_of(number),
             inside.members,
+            init=2,
         )
     if progress.collective is not None:  # one the Flight Recorder does not count (send, recv)
         return RankProgress(
@@ -210,10 +233,15 @@ def _rank_progress(
             progress_ns,
             None,
             issued,
+            init=2,
         )
-    default = next((g for g in groups if g.name == "0"), groups[0])
+    # The default group in the record that counts its collectives (each record lists it once
+    # the worker made it, the other record's never issues one).
+    default = max((g for g in groups if g.name == "0"), key=lambda g: g.issued, default=groups[0])
     entered = max(default.issued, progress.entered)
-    return RankProgress(global_rank, None, entered, progress.step, progress_ns, None, issued)
+    return RankProgress(
+        global_rank, None, entered, progress.step, progress_ns, None, issued, init=2
+    )
 
 
 def training_stall(
@@ -271,6 +299,38 @@ def training_stall(
         number=number,
         left=_ranks([r for r in waited_for if r.left]),
     )
+
+
+def startup_stall(
+    ranks: list[RankProgress], now_ns: int, after_ns: int, started_ns: int
+) -> TrainingStall | None:
+    """A stall before training began (no local rank issued a collective or marked a step).
+
+    Ranks inside ``init_process_group`` for ``after_ns`` wait there for every rank of the job:
+    for the local ranks that have not reached it (named here) or, with none, for ranks on other
+    nodes. With no local rank waiting, once the workers started ``after_ns`` ago, a stall that
+    names nobody: not a report by itself (a slow start is no stall), but what the stall
+    exchange needs to learn that other nodes wait for this one's ranks (``started_ns``: when
+    the workers started)."""
+    if not ranks or after_ns <= 0 or started_ns <= 0:
+        return None
+    if any(r.entered > 0 or r.step is not None or r.left for r in ranks):
+        return None  # training began (or ended): training_stall's
+    inside = [r for r in ranks if r.init == 1]
+    waiting = [r for r in inside if now_ns - r.progress_ns >= after_ns]
+    if waiting:
+        return TrainingStall(
+            seconds=(now_ns - min(r.progress_ns for r in waiting)) / 1e9,
+            waiting=_ranks(inside),
+            waited_for=_ranks([r for r in ranks if r.init == 0]),
+            collective=INIT,
+            number=1,
+            group=INIT_GROUP,
+            phase=STARTUP,
+        )
+    if now_ns - started_ns < after_ns or inside:
+        return None
+    return TrainingStall((now_ns - started_ns) / 1e9, (), (), None, 0, phase=STARTUP)
 
 
 def _group_stall(
@@ -398,7 +458,8 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     """The body of a training stall report, from its attributes: "stalled 62 s in training:
     global ranks 0 wait in all_reduce #7; waiting for global rank 1 (in sleep at train.py:42)"."""
     seconds = attributes.get(A.STALLED_SECONDS, 0)
-    text = f"stalled {float(seconds):.0f} s in training" if _is_number(seconds) else "stalled"
+    phase = "start-up" if attributes.get(A.STALLED_PHASE) == STARTUP else "training"
+    text = f"stalled {float(seconds):.0f} s in {phase}" if _is_number(seconds) else "stalled"
     waiting = _rank_text(attributes.get(A.STALLED_WAITING))
     collective = attributes.get(A.STALLED_COLLECTIVE)
     group = attributes.get(A.STALLED_PROCESS_GROUP)
@@ -421,7 +482,8 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     left = _as_ranks(attributes.get(A.STALLED_LEFT))
     never = [r for r in _as_ranks(ranks) if r not in late and r not in left]
     frame = attributes.get(A.STACK_FRAME)
-    if collective and not waiting and never and group is not None:
+    init = collective == INIT  # no process group yet: every rank must reach it
+    if collective and not waiting and never and (group is not None or init):
         # Ranks that never issued it, none local waiting: the ones that issued it are elsewhere.
         text += f": ranks on other nodes wait in {which}"
     where = _remote_text(attributes)
@@ -432,7 +494,9 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     if never or (ranks and not late and not left):
         named = _rank_text(tuple(never)) if never else _rank_text(ranks)
         part = f"global rank {named}" + where + (f" (in {frame})" if frame else "")
-        if group is not None and collective:
+        if init:
+            part += ", which has not reached it"
+        elif group is not None and collective:
             part += ", which never issued it" if backend == "nccl" else ", which never entered it"
         parts.append(part)
     if late:

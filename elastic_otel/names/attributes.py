@@ -94,6 +94,10 @@ data first: uneven inputs; an int array)."""
 STALLED_STATE_KNOWN: Final = "torchelastic.stalled.state_known"
 """``true`` when the record tracks the device's start of the collective, so that the ranks
 waiting are inside it on their device; ``false`` on NCCL without timing events."""
+STALLED_PHASE: Final = "torchelastic.stalled.phase"
+"""On a training stall before training began: ``startup`` (the ranks wait in
+``init_process_group`` or the job's first collective for ranks that have not reached it);
+absent once training began."""
 STALLED_LOCAL_GROUP: Final = "torchelastic.stalled.local_group"
 """``true`` when every member of the stuck collective's process group is on this node: no rank
 elsewhere is waited for, whatever the record can tell of the GPUs."""

@@ -93,10 +93,19 @@ COLLECTIVES = (
     "all_gather_single",
     "reduce_scatter_single",
     "(left training)",
+    "init_process_group",
+    "(past init_process_group)",
 )
 """``torch.distributed`` functions the worker records, by the index the record stores (0: none).
-Append only: the indices are the file format. :data:`LEFT_TRAINING` is no function: see there."""
+Append only: the indices are the file format. :data:`LEFT_TRAINING` and :data:`PAST_INIT` are no
+function: see there; ``init_process_group`` is recorded without a call counted (:data:`IN_INIT`)."""
 LEFT_TRAINING = COLLECTIVES.index("(left training)")
+IN_INIT = COLLECTIVES.index("init_process_group")
+"""Stored as the collective, with no call counted, while the training thread is inside
+``init_process_group``: start-up, not training (docs/hangs.md, Start-up)."""
+PAST_INIT = COLLECTIVES.index("(past init_process_group)")
+"""Stored when ``init_process_group`` returned, until the first recorded collective replaces it:
+the rank has reached every rank's rendezvous of the default group."""
 """Stored as the collective, with no call counted, when the training thread destroyed its
 default process group or its interpreter began to exit: past the job's last collective, so a
 worker slow to exit is not a training stall, and a rank the others still wait for is named as
@@ -144,6 +153,9 @@ class WorkerProgress:
     saves: int = 0
     left: bool = False
     """The training thread left training (:data:`LEFT_TRAINING`) and marked no step since."""
+    init: int = 0
+    """Where the training thread is in ``init_process_group``: 0 not reached (or not recorded),
+    1 inside it (``collective`` says so, ``since_ns`` since when), 2 past it."""
 
     @property
     def in_collective(self) -> bool:
@@ -195,7 +207,9 @@ def read_progress(directory_or_error_file: str) -> WorkerProgress | None:
     entered, completed, index, since, progress, step, step_ns, _ = BODY.unpack_from(
         record, BODY_OFFSET
     )
-    if index <= 0 or completed >= entered:
+    if index == IN_INIT:
+        collective: str | None = COLLECTIVES[IN_INIT]  # no call counted: start-up
+    elif index <= 0 or completed >= entered:
         collective = None
     else:
         collective = COLLECTIVES[index] if index < len(COLLECTIVES) else f"#{index}"
@@ -210,6 +224,7 @@ def read_progress(directory_or_error_file: str) -> WorkerProgress | None:
         step_ns=step_ns if step >= 0 else None,
         progress_ns=progress,
         left=index == LEFT_TRAINING and collective is None and (step < 0 or step_ns <= since),
+        init=1 if index == IN_INIT else 2 if index == PAST_INIT else 0,
     )
     return _with_extension(progress_record, extension)
 

@@ -126,6 +126,7 @@ class CollectivesWatch:
                 return
             extension = sys.modules["torch"]._C._distributed_c10d
             self.records = [r for kind in RECORDS if (r := kind(extension)).available]
+            self._place_default_group(c10d)
         changed = False
         for record in self.records:
             changed |= self._update(record.backend, record.status(), now_ns)
@@ -172,6 +173,20 @@ class CollectivesWatch:
             group["_tried"] = group["completed"] + 1
         self._publish()
 
+    def _place_default_group(self, c10d: Any) -> None:
+        """The default group, issued nothing yet, in every record this build has: torch's
+        status lists a group only once it recorded a collective, and a rank past
+        ``init_process_group`` that never issued one is what the others wait for."""
+        try:
+            name = c10d._world.pg_names.get(c10d.GroupMember.WORLD)
+        except Exception:
+            return
+        if not isinstance(name, str):
+            return
+        for record in self.records or ():
+            self._update(record.backend, {name: {}}, 0)
+            self.groups[group_key(name, record.backend)]["_placeholder"] = True
+
     def _update(self, backend: str, pg_status: dict[str, Any], now_ns: int) -> bool:
         changed = False
         for name, st in pg_status.items():
@@ -197,6 +212,8 @@ class CollectivesWatch:
                     "timed_from": 0,
                     "_tried": 0,
                 }
+            if st:
+                group.pop("_placeholder", None)  # torch's status has it now
             if (issued, started, completed) == (
                 group["issued"],
                 group["started"],

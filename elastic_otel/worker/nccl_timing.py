@@ -116,7 +116,7 @@ class TimingSwitch:
     def observe(self, now_ns: int, groups: Iterable[dict[str, Any]], enable: Enable) -> bool:
         """Measure, decide, and turn timing on for NCCL groups not yet on; whether anything
         the collectives file says changed (the decision, a group's ``timed_from``)."""
-        nccl = [g for g in groups if g["backend"] == NCCL]
+        nccl = [g for g in groups if g["backend"] == NCCL and not g.get("_placeholder")]
         if not nccl:
             return False
         changed = False

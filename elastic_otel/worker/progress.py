@@ -421,21 +421,65 @@ def _wrap_destroy(function: _F, index: int) -> _F:
     return destroy_process_group  # type: ignore[return-value]
 
 
+def _wrap_init(function: _F, index: int, past: int) -> _F:
+    """``init_process_group``: the training thread is in it from its call to its return, stored
+    as the collective ``index`` with no call counted (start-up, not training), then ``past``
+    until its first recorded collective; calls it makes inside are not recorded."""
+    import functools
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        global _writer
+        me = _writer
+        if _view is None or _get_ident() != me:
+            return function(*args, **kwargs)
+        _store_phase(index)
+        _writer = 0  # what torch calls inside is start-up too
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _writer = me
+            _store_phase(past)
+
+    functools.update_wrapper(init_process_group, function)
+    setattr(init_process_group, _WRAPPED_MARK, index)
+    return init_process_group  # type: ignore[return-value]
+
+
+def _store_phase(index: int) -> None:
+    """Store ``index`` as the collective, and since when, counting no call."""
+    view, seq = _view, _state[0]
+    if view is None:
+        return
+    try:
+        view[_SEQ] = seq + 1
+        view[_COLLECTIVE] = index
+        view[_SINCE] = _time_ns()
+        view[_SEQ] = _state[0] = seq + 2
+    except Exception:
+        pass
+
+
 _DESTROY = "destroy_process_group"
+_INIT = "init_process_group"
 
 
 def wrap_collectives(module: ModuleType, *copies: ModuleType | None) -> list[str]:
     """Wrap the collectives ``module`` (``torch.distributed.distributed_c10d``) has, and its
     ``destroy_process_group``, in place; in ``copies`` (modules that imported them already),
     replace the originals too. The names wrapped."""
-    from elastic_otel.parsing.worker_progress import COLLECTIVES, LEFT_TRAINING
+    from elastic_otel.parsing.worker_progress import COLLECTIVES, IN_INIT, LEFT_TRAINING, PAST_INIT
 
     wrapped = []
     for index, name in [*enumerate(COLLECTIVES), (LEFT_TRAINING, _DESTROY)]:
         original = module.__dict__.get(name) if index else None
         if not callable(original) or hasattr(original, _WRAPPED_MARK):
             continue
-        wrapper = _wrap_destroy(original, index) if name == _DESTROY else wrap(original, index)
+        if name == _DESTROY:
+            wrapper = _wrap_destroy(original, index)
+        elif index == IN_INIT:
+            wrapper = _wrap_init(original, IN_INIT, PAST_INIT)
+        else:
+            wrapper = wrap(original, index)
         setattr(module, name, wrapper)
         for copy in copies:
             if copy is not None and copy.__dict__.get(name) is original:

@@ -94,7 +94,9 @@ def test_a_slow_rank_is_named_and_equal_ranks_are_not(
         files = list((tmp_path / "slow" / "logs").rglob(WORKER_COLLECTIVES_FILE))
         readings = [read_collectives(str(f.parent)) for f in files]
         assert len(readings) == 4, files
-        assert {g.backend for r in readings if r is not None for g in r.groups} == {"nccl"}
+        # (gloo's lists the default group issued nothing, as placed before torch's status has it)
+        groups = [g for r in readings if r is not None for g in r.groups]
+        assert {g.backend for g in groups if g.issued} == {"nccl"}
         # only the node that runs rank 1 sees it: ranks 2 and 3 arrive together
         assert {r["attributes"][A.STRAGGLER_RANK] for r in _stragglers(grpc_receiver)} == {1}
 

@@ -9,7 +9,10 @@ before each ``backward()``, and every rank ``STEP_SECONDS`` (a data loader's tim
 ``GPU_HOLD_RANK`` holds its GPU busy (``torch.cuda._sleep``, as the GPU tests' script does)
 before its ``backward()`` once ``GPU_HOLD_AFTER_S`` seconds of training passed: on the CPU only
 under the NCCL stand-in (``tests/support/nccl_standin``), which holds the rank and records its
-next all-reduce as NCCL does behind a busy GPU. No ``elastic_otel`` call and no ``@record``.
+next all-reduce as NCCL does behind a busy GPU. In start-up, the global ranks in
+``STARTUP_HANG_RANKS`` (comma separated, from ``RANK``) stop before ``init_process_group``
+(``STARTUP_HANG_AT=init``: a checkpoint load on a hung mount) or after it, before the first
+collective (``first``). No ``elastic_otel`` call and no ``@record``.
 """
 
 from __future__ import annotations
@@ -25,8 +28,18 @@ def stuck_data_loader() -> None:
     time.sleep(600)  # HANG LINE
 
 
+def stuck_loading_checkpoint() -> None:
+    time.sleep(600)  # STARTUP HANG LINE
+
+
 def main() -> None:
+    late = os.environ.get("STARTUP_HANG_RANKS", "")
+    late_here = os.environ.get("RANK") in late.split(",")
+    if late_here and os.environ.get("STARTUP_HANG_AT") == "init":
+        stuck_loading_checkpoint()
     dist.init_process_group("gloo")
+    if late_here and os.environ.get("STARTUP_HANG_AT") == "first":
+        stuck_loading_checkpoint()
     rank = dist.get_rank()
     hang_rank = int(os.environ.get("HANG_RANK", "-1"))
     hang_step = int(os.environ.get("HANG_STEP", "5"))
