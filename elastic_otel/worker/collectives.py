@@ -188,6 +188,7 @@ class CollectivesWatch:
             self.groups[group_key(name, record.backend)]["_placeholder"] = True
 
     def _update(self, backend: str, pg_status: dict[str, Any], now_ns: int) -> bool:
+        """Take each group's status; whether any group issued or completed a collective."""
         changed = False
         for name, st in pg_status.items():
             # -1 (none yet) is kept as 0 (-1 for ``started``: not tracked), and compared so: a
@@ -220,7 +221,9 @@ class CollectivesWatch:
                 group["completed"],
             ):
                 continue
-            changed = True
+            # A collective its device started is no progress: the rank may wait in it for good
+            # (a peer whose GPU never reaches it), and the stall's clock must not restart.
+            changed = changed or (issued, completed) != (group["issued"], group["completed"])
             was_open = group["completed"] + 1 if group["issued"] > group["completed"] else None
             if completed != group["completed"]:
                 group["op"], group["sizes"], group["state"] = None, [], None

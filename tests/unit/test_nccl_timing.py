@@ -331,3 +331,22 @@ def test_ranks_that_died_of_the_timeout_blame_the_gpu_that_never_started_it() ->
 
 def replace_state(reading: CollectiveProgress) -> GroupProgress:
     return dataclasses.replace(reading.groups[0], started=-1, state=None, timed_from=0)
+
+
+def test_a_collective_the_gpu_starts_is_no_progress(tmp_path: Path) -> None:
+    """A peer's GPU starting the all-reduce it then waits in (``last_started_collective``
+    moving on) must not restart the stall's clock: the rank still waits."""
+    record = recorded("nccl_scheduled.json")  # #10 enqueued behind a busy GPU, not started
+    extension = RecordedExtension(record)
+    watch = CollectivesWatch(str(tmp_path), 1.0, 1.0, records=[NcclRecord(extension)])
+    watch.poll(5 * S)
+    first = read_collectives(str(tmp_path))
+    assert first is not None and first.progress_ns == 5 * S
+    started = copy.deepcopy(record)
+    started["pg_status"]["0"]["last_started_collective"] = "10"
+    extension.record = started
+    watch.poll(9 * S)
+    then = read_collectives(str(tmp_path))
+    assert then is not None and then.group("0", "nccl") is not None
+    assert then.group("0", "nccl").started == 10  # type: ignore[union-attr]
+    assert then.progress_ns == 5 * S  # still waiting since the first reading
