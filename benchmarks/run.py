@@ -50,6 +50,7 @@ SECTIONS = (
     "trace_sizes",
     "flight_recorder",
     "worker_output",
+    "footprint",
 )
 
 
@@ -66,6 +67,7 @@ def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, 
         caller_cost,
         exit_delay,
         flight_recorder,
+        footprint,
         fork,
         memory,
         recovery,
@@ -91,6 +93,7 @@ def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, 
         "trace_sizes": lambda: trace_sizes.run(quick),
         "flight_recorder": lambda: flight_recorder.run(quick),
         "worker_output": lambda: worker_output.run(quick),
+        "footprint": lambda: footprint.run(quick),
     }
     results["load"] = {}
     for name in sections:

@@ -164,3 +164,20 @@ def test_results_have_expected_shape(quick_run: tuple[str, dict, str]) -> None:
         assert row["records_exported"] > row["events"] > 0
         assert len(row["cpu_us"]) == sizes["bridge_reps"]
         assert all(_finite(v) for v in row["cpu_us"]) and row["heap_peak_kb"] > 0
+
+    footprint = results["footprint"]  # issue 42: the agent's own threads, memory and CPU
+    steady = footprint["steady"]
+    for variant in ("without", "with"):
+        assert [r["workers"] for r in steady["runs"][variant]] == [8]  # quick mode: one run
+        assert all(_finite(v) for v in steady["median"][variant].values())
+    with_, without = steady["names"]["with"], steady["names"]["without"]
+    assert {"elastic-otel", "elastic-otel-signals", "elastic-otel-training-watch"} <= set(with_)
+    assert not any(name.startswith("elastic-otel") for name in without)
+    soak = footprint["soak"]  # quick mode: 10 restarts, with and without the bridge
+    assert (soak["restarts"], soak["attempts"], soak["exit_code"]) == (10, 11, 0)
+    assert soak["worker_spans"] == soak["distinct_worker_spans"] == 11 * soak["ranks"]
+    baseline = footprint["soak_without"]
+    assert (baseline["attempts"], baseline["exit_code"], baseline["worker_spans"]) == (11, 0, 0)
+    for run in (soak, baseline):  # every 2 restarts (some may pass unsampled) and the last
+        assert [s["restart"] for s in run["samples"]][-1] == 10
+        assert all(_finite(v) for s in run["samples"] for v in s.values())
