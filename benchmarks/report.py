@@ -975,10 +975,95 @@ def _flight_recorder(fr: dict[str, Any]) -> list[str]:
             *(f"- {line}" for line in gpu.lines),
             "",
         ]
-    return lines
+    return lines + _nccl_timing_cost()
 
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
+H100_README = Path(__file__).resolve().parents[1] / "tests/data/nccl-flight-recorder"
+H100_ALL_REDUCES_PER_STEP = 8
+"""DDP's all-reduces per step of 8 x Linear(4096): one bucket per 64 MB weight (the H200's
+record agrees: all-reduce #161 at step 20)."""
+
+
+def _nccl_timing_cost() -> list[str]:
+    """What NCCL's timing events cost a collective, behind ``ELASTIC_OTEL_NCCL_TIMING=auto``:
+    ``python -m benchmarks.nccl_timing`` as a lent GPU printed it (the newest
+    ``benchmarks/recorded/nccl-timing-*.txt``), else the H100's recorded steps."""
+    from elastic_otel.names.environment_variables import (
+        DEFAULT_NCCL_TIMING_BUDGET_PERCENT as budget,
+    )
+    from elastic_otel.names.environment_variables import DEFAULT_NCCL_TIMING_COST_US as cost
+
+    lines = [
+        "**NCCL timing's cost per collective.** `ELASTIC_OTEL_NCCL_TIMING=auto` (the default) "
+        "turns NCCL's timing events on in a worker whose collective rate x cost per collective "
+        f"is within {budget:g} % of wall time, with a cost of {cost:g} µs per collective "
+        f"(`ELASTIC_OTEL_NCCL_TIMING_COST_US`): about {budget / 100 / (cost * 1e-6):,.0f} "
+        "collectives a second at most (docs/hangs.md, NCCL timing by default).",
+        "",
+    ]
+    files = sorted(RECORDED.glob("nccl-timing-*.txt"))
+    if files:
+        text = files[-1].read_text().splitlines()
+        table = [line for line in text if line.startswith("|")]
+        heads = [line for line in text if line.startswith(("nccl_timing:", "NCCL_TIMING_COST_US"))]
+        rel = files[-1].relative_to(RECORDED.parents[1])
+        return [
+            *lines,
+            f"`python -m benchmarks.nccl_timing` on a lent GPU (`{rel}`, as printed: timing "
+            "off and on alternating, one rank):",
+            "",
+            *table,
+            "",
+            *(f"- {line}" for line in heads),
+            "",
+        ]
+    rows = _h100_timing_rows()
+    return [
+        *lines,
+        "`python -m benchmarks.nccl_timing` (DDP with small and default buckets, FSDP's "
+        "per-layer collectives, a small step; timing off and on alternating) has not run on a "
+        "GPU yet. The figure behind the default is the H100's, recorded with the Flight "
+        "Recorder fixtures (`tests/data/nccl-flight-recorder/README.md`: DDP, one rank, median "
+        "of 400 steps, three alternating runs each):",
+        "",
+        "| model | timing off, ms | timing on, ms | spread off / on, ms | on - off, ms | "
+        "all-reduces / step | µs / collective | % of step | resolved |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def _h100_timing_rows() -> list[str]:
+    """The H100's timing-off / timing-on table, with what it says per collective."""
+    import statistics
+
+    try:
+        text = (H100_README / "README.md").read_text()
+    except OSError:
+        return ["| (the recorded steps are missing) | | | | | | | | |"]
+    rows = []
+    for found in re.finditer(
+        r"^\| (8 \u00d7 Linear\((\d+)\), batch \d+) \| ([^|]+) \| ([^|]+) \|", text, re.M
+    ):
+        model, width = found.group(1), int(found.group(2))
+        off = [float(v) for v in re.findall(r"[0-9]+\.[0-9]+", found.group(3))]
+        on = [float(v) for v in re.findall(r"[0-9]+\.[0-9]+", found.group(4))[:3]]
+        if len(off) != 3 or len(on) != 3:
+            continue
+        diff = statistics.median(on) - statistics.median(off)
+        spread = max(max(off) - min(off), max(on) - min(on))
+        resolved = spread < diff
+        per = H100_ALL_REDUCES_PER_STEP if width == 4096 else None  # counted for that model only
+        us = f"{diff * 1e3 / per:.1f}" if per and resolved else "—"
+        rows.append(
+            f"| {model} | {', '.join(f'{v:.3f}' for v in off)} | "
+            f"{', '.join(f'{v:.3f}' for v in on)} | {max(off) - min(off):.3f} / "
+            f"{max(on) - min(on):.3f} | {diff:+.3f} | {per or 'not counted'} | {us} | "
+            f"{diff / statistics.median(off) * 100:+.2f} % | {'yes' if resolved else 'no'} |"
+        )
+    return rows
 
 
 @dataclass(frozen=True)
