@@ -349,13 +349,22 @@ def _enable_timing(name: str) -> bool:
     collective on); ``False`` where torch has no such call or no such group."""
     c10d: Any = sys.modules.get(C10D_MODULE)
     try:
-        for pg, pg_name in list(c10d._world.pg_names.items()):
-            if pg_name == name:
-                pg._enable_collectives_timing()
-                return True
+        group = next((pg for pg, n in list(c10d._world.pg_names.items()) if n == name), None)
     except Exception:
+        return False
+    if group is None:
+        return False
+    try:
+        group._enable_collectives_timing()
+        return True
+    except Exception:  # a backend of the group without it (cpu:gloo,cuda:nccl): NCCL's alone
         pass
-    return False
+    try:
+        torch: Any = sys.modules["torch"]
+        group._get_backend(torch.device("cuda"))._enable_collectives_timing()
+        return True
+    except Exception:
+        return False
 
 
 def _members(name: str) -> list[int]:
