@@ -64,9 +64,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/e2e/ is marked ``e2e`` (real torchrun jobs, receivers, collectors):
     ``pytest tests/unit`` and ``pytest -m "not e2e"`` run the same fast tests. The slowest
     files come first (:data:`SLOWEST_FIRST`), the rest in their usual order."""
-    e2e = Path(__file__).parent / "e2e"
+    jobs = (Path(__file__).parent / "e2e", Path(__file__).parent / "multinode")
     for item in items:
-        if e2e in Path(str(item.fspath)).parents:
+        if any(folder in Path(str(item.fspath)).parents for folder in jobs):
             item.add_marker(pytest.mark.e2e)
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))

@@ -1,5 +1,5 @@
 """End to end: real torchrun jobs on localhost (c10d, gloo, CPU) exporting to a real OTLP receiver.
-A worker failure and the restart it causes: tests/e2e/test_root_cause.py, whose job fails four
+A worker failure and the restart it causes: tests/multinode/test_root_cause.py, whose job fails four
 times over.
 
 The training script (examples/train.py) does not import elastic_otel: the bridge is activated

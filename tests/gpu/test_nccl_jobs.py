@@ -1,9 +1,9 @@
 """The bridge on a GPU, over NCCL (issues 35, 41): a DDP job under torchrun on this machine's GPU
 (tests/scripts/gpu_ddp_train.py), one rank, since NCCL refuses two ranks on one device; what
-needs several ranks is tested on the CPU with the stand-in (tests/e2e/test_hangs_ddp.py,
-tests/e2e/test_nccl_timing.py). Every job runs with the default settings, NCCL timing decided by
-each worker (``auto``). Skipped where torch has no CUDA device. What the bridge costs a GPU step
-is a benchmark (``benchmarks/gpu_step.py``), not a timed assertion here.
+needs several ranks is tested on the CPU with the stand-in (tests/multinode/test_hangs_ddp.py,
+tests/multinode/test_nccl_timing.py). Every job runs with the default settings, NCCL timing
+decided by each worker (``auto``). Skipped where torch has no CUDA device. What the bridge costs
+a GPU step is a benchmark (``benchmarks/gpu_step.py``), not a timed assertion here.
 """
 
 from __future__ import annotations

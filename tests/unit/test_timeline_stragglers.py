@@ -1,11 +1,12 @@
 """A slow rank in the timeline: the straggler reports of a round, joined across nodes.
 
 The input is what the bridges of a two-node job write when global rank 1 issues each collective
-0.3 s after its local peer (``tests/e2e/test_stragglers.py`` runs it for real): each report is
-the torch ``Event`` the agent's straggler hook builds, through the bridge's parser, emitter and
-OTLP/JSON file exporter, one process (resource) per node, read back as ``elastic-otel
-timeline`` reads them. Only node-a (ranks 0, 1) names a straggler: each node compares its own
-ranks, and node-b's arrive together. node-a reports rank 1 after 3 windows, then every 10.
+0.3 s after its local peer (``tests/multinode/test_straggler_jobs.py`` runs it for real): each
+report is the torch ``Event`` the agent's straggler hook builds, through the bridge's parser,
+emitter and OTLP/JSON file exporter, one process (resource) per node, read back as
+``elastic-otel timeline`` reads them. Only node-a (ranks 0, 1) names a straggler: each node
+compares its own ranks, and node-b's arrive together. node-a reports rank 1 after 3 windows,
+then every 10.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ workers per node): global rank 1 stops before an ``all_reduce`` while ranks 0, 2
 inside it. Within ``ELASTIC_OTEL_STALL_AFTER`` plus one interval, rank 1's node reports a
 training stall that names rank 1, with rank 1's stack (the sleeping frame, its source line under
 it) and the waiting ranks' stacks (in ``all_reduce``). The script (tests/scripts/hanging_train.py)
-marks its steps; a script with no ``elastic_otel`` call hangs in tests/e2e/test_hangs_ddp.py. A
-slow one-node job of the same script is no stall.
+marks its steps; a script with no ``elastic_otel`` call hangs in
+tests/multinode/test_hangs_ddp.py. A slow one-node job of the same script is no stall.
 """
 
 from __future__ import annotations
