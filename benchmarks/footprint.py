@@ -148,7 +148,8 @@ def thread_names(pid: int, names_file: Path, timeout_s: float = 3.0) -> dict[int
     os.kill(pid, signal.SIGUSR2)
     if not common.wait_until(names_file.exists, timeout_s, 0.02):
         return None
-    python = {int(tid): name for name, tid in json.loads(names_file.read_text())}
+    rows = json.loads(names_file.read_text())
+    python = {int(tid): name for name, tid in rows if tid is not None}  # None: not running yet
     return {tid: python.get(tid) or f"{comm} (native)" for tid, comm in _threads(pid).items()}
 
 
