@@ -107,7 +107,7 @@ class GoodputWatch:
             if live is not None and ledger.reporter:
                 reported = reported + live
             job = ledger.job() + live if live is not None else ledger.job()
-            if not ledger.reporter and not ledger.attempts:
+            if not ledger.reporter and not ledger.attempt:
                 continue
             ratio = job.ratio if ledger.reporter and job.wall_s > 0 else None
             out.append(GoodputPoint(entry.run_id, ratio, dict(reported.badput_s)))

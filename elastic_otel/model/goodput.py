@@ -291,7 +291,9 @@ class GoodputLedger:
     def __init__(self, start_ns: int, stall_after_ns: int = 0) -> None:
         self.start_ns = start_ns
         self.stall_after_ns = stall_after_ns
-        self.attempts: list[Summary] = []
+        self._ended = 0  # attempts ended
+        self._job = Breakdown()  # their sum: this node's view of the job (a running total,
+        # so that a job of thousands of restarts keeps nothing per attempt)
         self.reported = Breakdown()
         self._open_start = start_ns
         self._open_reporter = False
@@ -301,7 +303,8 @@ class GoodputLedger:
 
     @property
     def attempt(self) -> int:
-        return len(self.attempts)
+        """Attempts ended so far: the number of the one under way (0: the first)."""
+        return self._ended
 
     @property
     def open(self) -> bool:
@@ -353,9 +356,9 @@ class GoodputLedger:
             final=final,
         )
         breakdown = account(facts)
-        job = total([s.attempt for s in self.attempts] + [breakdown])
-        summary = Summary(facts, breakdown, job, final, self._open_reporter)
-        self.attempts.append(summary)
+        self._job = self._job + breakdown
+        summary = Summary(facts, breakdown, self._job, final, self._open_reporter)
+        self._ended += 1
         if summary.reporter:
             self.reported = self.reported + breakdown
         if steps.checkpoint_step is not None:
@@ -367,7 +370,7 @@ class GoodputLedger:
 
     def job(self) -> Breakdown:
         """This node's view of the job's ended attempts."""
-        return total(s.attempt for s in self.attempts)
+        return self._job
 
     def live(self, now_ns: int, readings: list[WorkerProgress]) -> Breakdown:
         """The attempt under way, up to its latest step or checkpoint (before its first step:
