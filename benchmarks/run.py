@@ -51,6 +51,7 @@ SECTIONS = (
     "flight_recorder",
     "worker_output",
     "footprint",
+    "store_load",
 )
 
 
@@ -73,6 +74,7 @@ def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, 
         recovery,
         scale,
         startup,
+        store_load,
         throughput,
         trace_sizes,
         training,
@@ -94,6 +96,7 @@ def run_sections(quick: bool, sections: tuple[str, ...], log: Any) -> dict[str, 
         "flight_recorder": lambda: flight_recorder.run(quick),
         "worker_output": lambda: worker_output.run(quick),
         "footprint": lambda: footprint.run(quick),
+        "store_load": lambda: store_load.run(quick),
     }
     results["load"] = {}
     for name in sections:

@@ -181,3 +181,22 @@ def test_results_have_expected_shape(quick_run: tuple[str, dict, str]) -> None:
     for run in (soak, baseline):  # every 2 restarts (some may pass unsampled) and the last
         assert [s["restart"] for s in run["samples"]][-1] == 10
         assert all(_finite(v) for s in run["samples"] for v in s.values())
+
+    store = results["store_load"]  # issue 42: 64 nodes, every period divided by 20
+    assert store["sizes"] == [64] and store["libuv"]
+    by = {ph["scenario"]: ph for ph in store["runs"][0]["phases"]}
+    assert list(by) == [
+        "healthy", "training", "training_alone", "startup", "slow_start", "slow_nodes"
+    ]  # fmt: skip
+    assert by["training_alone"]["ops"]["torch"] == {}  # the bridge alone
+    assert by["healthy"]["ops"]["bridge"] == {}  # a healthy job's bridge never uses the store
+    assert "get (monitor)" in by["healthy"]["ops"]["torch"]  # an operation seen in the phase
+    assert {"check", "get"} <= set(by["training"]["ops"]["bridge"])
+    assert "elastic_otel/stall/waiting/nccl:0" in by["training"]["keys"]
+    assert "elastic_otel/stall/culprits/init/1" in by["startup"]["keys"]
+    assert by["slow_start"]["keys"] == ["elastic_otel/stall/waiting/init"]
+    assert set(by["slow_start"]["ops"]["bridge"]) == {"check"}  # of waiting/init, a poll
+    assert "set" in by["slow_nodes"]["ops"]["bridge"]
+    for phase in by.values():
+        assert _finite(phase["server_cpu_cores"]) and phase["server_rss_mib"] > 0
+        assert all(_finite(v) for v in (phase["vs_healthy"] or {}).values() if v is not None)
