@@ -2,18 +2,16 @@
 
 ``munged``, ``slurmctld`` and two ``slurmd``, Debian's ``slurm-wlm`` (``.ci/install-slurm.sh``),
 configured from scratch in a temporary directory (nothing under ``/etc`` is changed but the
-``/etc/netns/<node>/`` files ``ip netns exec`` reads). Each node is a network namespace of its
-own (``ip netns``), joined to a bridge in the root namespace by a veth pair, with its own
-address and, through a UTS namespace, its own host name: its processes see ``socket.gethostname()
-== "eo-n1"`` and reach the other node, the controller and the test's OTLP receiver only over
-that link, as two hosts would. The controller and the receiver listen on the bridge's address in
-the root namespace. Root is required (namespaces, a bridge); everything is removed by ``stop()``.
+``/etc/netns/<node>/`` files). Each node is a host of its own (``tests/support/netns.py``): a
+network namespace on a bridge, with its own address and, through a UTS namespace, its own host
+name: its processes see ``socket.gethostname() == "eo-n1"`` and reach the other node, the
+controller and the test's OTLP receiver only over that link, as two hosts would. The controller
+and the receiver listen on the bridge's address in the root namespace. Root is required
+(namespaces, a bridge); everything is removed by ``stop()``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import re
 import shutil
@@ -23,6 +21,8 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from tests.support.netns import HostNetwork, run
 
 BRIDGE = "eoslurm0"
 SUBNET = "10.77.0"
@@ -43,17 +43,6 @@ def missing_binaries() -> list[str]:
     return [name for name in BINARIES if shutil.which(name) is None]
 
 
-def node_addr(index: int) -> str:
-    return f"{SUBNET}.{11 + index}"
-
-
-def _run(*cmd: str, check: bool = True, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
-    if check and done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr}")
-    return done.stdout
-
-
 class SlurmCluster:
     """Start with :meth:`start`, end with :meth:`stop`; ``env`` is what Slurm's client commands
     (``sbatch``, ``scontrol``, ``scancel``) need to reach it."""
@@ -64,20 +53,20 @@ class SlurmCluster:
         self.munge_socket = self.dir / "munge" / "munge.socket"
         self.procs: dict[str, subprocess.Popen] = {}
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
-        self._netns: list[str] = []
-        self._lock: int | None = None
+        self.network = HostNetwork(
+            BRIDGE, SUBNET, NODES, LOCK_FILE, LOCK_WAIT_S, {CONTROLLER_NAME: CONTROLLER_ADDR}
+        )
 
     # --- life cycle -----------------------------------------------------------------------
 
     def start(self) -> SlurmCluster:
         try:
-            self._take_lock()
-            self._network()
+            self.network.start()
             self._write_config()
             self._start_munge()
             self._start_controller()
-            for index, node in enumerate(NODES):
-                self._start_slurmd(node, index)
+            for node in NODES:
+                self._start_slurmd(node)
             self.wait_nodes_idle(60)
         except BaseException:
             self.stop()
@@ -85,8 +74,7 @@ class SlurmCluster:
         return self
 
     def stop(self) -> None:
-        for node in self._netns:
-            self._kill_netns(node)
+        self.network.signal_all(signal.SIGKILL)  # slurmd, job steps, torchrun, workers
         for proc in reversed(list(self.procs.values())):
             if proc.poll() is None:
                 proc.terminate()
@@ -95,26 +83,7 @@ class SlurmCluster:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(10)
-        for node in self._netns:
-            _run("ip", "netns", "del", node, check=False)
-            shutil.rmtree(f"/etc/netns/{node}", ignore_errors=True)
-        self._netns.clear()
-        _run("ip", "link", "del", BRIDGE, check=False)
-        if self._lock is not None:
-            os.close(self._lock)  # releases the lock
-            self._lock = None
-
-    def _take_lock(self) -> None:
-        self._lock = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"another Slurm test cluster holds {LOCK_FILE}") from None
-                time.sleep(1)
+        self.network.stop()
 
     def __enter__(self) -> SlurmCluster:
         return self.start()
@@ -124,40 +93,15 @@ class SlurmCluster:
 
     # --- set-up ---------------------------------------------------------------------------
 
-    def _network(self) -> None:
-        _run("ip", "link", "del", BRIDGE, check=False)  # left over by a killed session
-        _run("ip", "link", "add", BRIDGE, "type", "bridge")
-        _run("ip", "addr", "add", f"{CONTROLLER_ADDR}/24", "dev", BRIDGE)
-        _run("ip", "link", "set", BRIDGE, "up")
-        hosts = ["127.0.0.1 localhost", f"{CONTROLLER_ADDR} {CONTROLLER_NAME}"]
-        hosts += [f"{node_addr(i)} {node}" for i, node in enumerate(NODES)]
-        for index, node in enumerate(NODES):
-            _run("ip", "netns", "del", node, check=False)
-            _run("ip", "netns", "add", node)
-            self._netns.append(node)
-            outside, inside = f"{node}-h", f"{node}-c"
-            _run("ip", "link", "del", outside, check=False)
-            _run("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
-            _run("ip", "link", "set", outside, "master", BRIDGE, "up")
-            _run("ip", "link", "set", inside, "netns", node)
-            ns = ("ip", "netns", "exec", node)
-            _run(*ns, "ip", "addr", "add", f"{node_addr(index)}/24", "dev", inside)
-            _run(*ns, "ip", "link", "set", inside, "up")
-            _run(*ns, "ip", "link", "set", "lo", "up")
-            etc = Path("/etc/netns") / node
-            etc.mkdir(parents=True, exist_ok=True)
-            (etc / "hosts").write_text("\n".join(hosts) + "\n")
-            (etc / "hostname").write_text(node + "\n")
-
     def _write_config(self) -> None:
         for sub in ("state", "log", "munge", *(f"spool/{n}" for n in NODES)):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir / "munge", 0o700)
         d = self.dir
         nodes = "\n".join(
-            f"NodeName={node} NodeAddr={node_addr(i)} NodeHostname={node} CPUs=4 "
+            f"NodeName={node} NodeAddr={self.network.addr(node)} NodeHostname={node} CPUs=4 "
             "RealMemory=2000 State=UNKNOWN"
-            for i, node in enumerate(NODES)
+            for node in NODES
         )
         self.conf.write_text(
             f"""\
@@ -220,18 +164,9 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
         )  # fmt: skip
         self._wait(lambda: self._ping(), 30, "slurmctld")
 
-    def _start_slurmd(self, node: str, index: int) -> None:
-        # nsenter, not `ip netns exec`: that remounts /sys, where slurmd wants the cgroup
-        # hierarchy; the node's /etc/hosts is bound in a mount namespace of its own instead.
-        script = (
-            f"mount --bind /etc/netns/{node}/hosts /etc/hosts && hostname {node} && "
-            f'exec slurmd -D -N {node} -f "{self.conf}"'
-        )
-        self.procs[node] = self._daemon(
-            ["nsenter", f"--net=/run/netns/{node}", "unshare", "--uts", "--mount",
-             "--propagation", "private", "sh", "-c", script],
-            f"slurmd-{node}",
-        )  # fmt: skip
+    def _start_slurmd(self, node: str) -> None:
+        slurmd = ["slurmd", "-D", "-N", node, "-f", str(self.conf)]
+        self.procs[node] = self._daemon(self.network.command(node, slurmd), f"slurmd-{node}")
 
     def _daemon(self, cmd: list[str], name: str) -> subprocess.Popen:
         out = open(self.dir / "log" / f"{name}.out", "ab")  # noqa: SIM115 - the daemon's
@@ -255,7 +190,7 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
     # --- commands -------------------------------------------------------------------------
 
     def command(self, *cmd: str, check: bool = True) -> str:
-        return _run(*cmd, check=check, env=self.env)
+        return run(*cmd, check=check, env=self.env)
 
     def node_states(self) -> dict[str, str]:
         out = self.command("sinfo", "-h", "-N", "-o", "%N %t")
@@ -273,7 +208,7 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
 
     def sbatch(self, script: Path, *args: str, env: dict[str, str] | None = None) -> str:
         """Submit ``script``; its job id. ``env``: the job's environment (sbatch exports it)."""
-        out = _run("sbatch", "--parsable", *args, str(script), env={**(env or {}), **self.env})
+        out = run("sbatch", "--parsable", *args, str(script), env={**(env or {}), **self.env})
         return out.strip().split(";")[0]
 
     def job(self, job_id: str) -> dict[str, str]:
@@ -295,23 +230,15 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
     def kill_node(self, node: str) -> list[int]:
         """Lose ``node`` as a host is lost: SIGKILL to its slurmd and everything in its network
         namespace (job steps, torchrun, workers) at once. The pids killed."""
-        return self._kill_netns(node)
+        return self.network.signal(node, signal.SIGKILL)
 
     def restart_lost_nodes(self) -> None:
         """Start again the slurmd of every node :meth:`kill_node` lost; back in service when it
         registers (``ReturnToService=2``)."""
-        for index, node in enumerate(NODES):
+        for node in NODES:
             proc = self.procs.get(node)
             if proc is not None and proc.poll() is not None:
-                self._start_slurmd(node, index)
-
-    def _kill_netns(self, node: str) -> list[int]:
-        out = _run("ip", "netns", "pids", node, check=False)
-        pids = [int(p) for p in out.split()]
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return pids
+                self._start_slurmd(node)
 
     def logs(self) -> str:
         parts = []
