@@ -12,12 +12,15 @@ under the NCCL stand-in (``tests/support/nccl_standin``), which holds the rank a
 next all-reduce as NCCL does behind a busy GPU. In start-up, the global ranks in
 ``STARTUP_HANG_RANKS`` (comma separated, from ``RANK``) stop before ``init_process_group``
 (``STARTUP_HANG_AT=init``: a checkpoint load on a hung mount) or after it, before the first
-collective (``first``). No ``elastic_otel`` call and no ``@record``.
+collective (``first``), until the file ``STARTUP_HANG_UNTIL`` exists if set (the load ends and
+training begins). Global rank ``RAISE_RANK`` prints a line on stderr and raises at its next step
+once the file ``RAISE_WHEN`` exists (a bad batch). No ``elastic_otel`` call and no ``@record``.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import torch
@@ -29,7 +32,10 @@ def stuck_data_loader() -> None:
 
 
 def stuck_loading_checkpoint() -> None:
-    time.sleep(600)  # STARTUP HANG LINE
+    until = os.environ.get("STARTUP_HANG_UNTIL")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not (until and os.path.exists(until)):
+        time.sleep(0.2)  # STARTUP HANG LINE
 
 
 def main() -> None:
@@ -49,6 +55,8 @@ def main() -> None:
     step_s = float(os.environ.get("STEP_SECONDS", "0"))
     hold_rank = int(os.environ.get("GPU_HOLD_RANK", "-1"))
     hold_after_s = float(os.environ.get("GPU_HOLD_AFTER_S", "0"))
+    raise_rank = int(os.environ.get("RAISE_RANK", "-1"))
+    raise_when = os.environ.get("RAISE_WHEN", "")
     began = time.monotonic()
     torch.manual_seed(0)
     model: torch.nn.Module = torch.nn.Sequential(
@@ -62,6 +70,9 @@ def main() -> None:
         loss = torch.nn.functional.mse_loss(model(inputs), targets)
         if step == hang_step and rank == hang_rank:
             stuck_data_loader()
+        if rank == raise_rank and os.path.exists(raise_when):
+            print(f"rank {rank}: a bad batch at step {step}", file=sys.stderr, flush=True)
+            raise RuntimeError(f"rank {rank}: the loss is NaN at step {step}")  # RAISE LINE
         if rank == hold_rank and time.monotonic() - began >= hold_after_s:
             torch.cuda._sleep(1 << 62)  # GPU HOLD LINE
         if step_s or rank == slow_rank:
