@@ -64,6 +64,17 @@ _VALUE = (
 )
 _KEY = r"level|lvl|severity|severity_?text|log\.level|loglevel|levelname"
 _TIME = r"(?:\d{2,4}[-/.]\d\d[-/.]\d{2,4}[ T])?\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
+_RANK_PREFIX = re.compile(r"\[rank\d{1,7}\]: ?")
+"""What torch's excepthook (and its C++ logging) puts before every line a rank writes once its
+process group is up: ``[rank5]: Traceback (most recent call last):``."""
+
+
+def _without_rank(text: str) -> str:
+    """``text`` without torch's rank prefix, to tell what the line is (the record keeps it)."""
+    found = _RANK_PREFIX.match(text)
+    return text[found.end() :] if found else text
+
+
 # Anchored at the line's start and every repeat bounded: a line that matches no format fails
 # within a few hundred steps whatever its length.
 _LINE_LEVEL = re.compile(
@@ -334,8 +345,9 @@ class OutputReader:
                 return  # counted, not kept
         if not text.strip():
             return
-        if text.startswith(TRACEBACK_HEADER) or text.startswith(FATAL_ERROR_PREFIX):
-            self._pending = _Pending(fault=text.startswith(FATAL_ERROR_PREFIX))
+        bare = _without_rank(text)
+        if bare.startswith(TRACEBACK_HEADER) or bare.startswith(FATAL_ERROR_PREFIX):
+            self._pending = _Pending(fault=bare.startswith(FATAL_ERROR_PREFIX))
             self._pending.add(text, length, truncated, invalid)
             return
         self._emit(text, line_severity(text, self.stream), truncated, length, invalid)
@@ -344,6 +356,7 @@ class OutputReader:
     def _continues(pending: _Pending, text: str) -> bool:
         if pending.fault:
             return True  # faulthandler writes its dump, then the process dies
+        text = _without_rank(text)
         if not text.strip():
             return True
         if pending.waiting_chain:

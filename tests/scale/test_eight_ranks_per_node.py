@@ -314,13 +314,6 @@ def test_its_stderr_lines_are_log_records_on_its_worker_span(slow_then_raises: F
     assert any(f'ddp_train.py", line {RAISE_LINE}, in main' in b for b in bodies), bodies
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="torch's excepthook (set by init_process_group) writes an uncaught exception's"
-    " traceback with '[rank5]: ' before every line; the worker output reader starts a"
-    " traceback record only at a line that begins 'Traceback (most recent call last):', so"
-    " each line of it is a WARN record of its own",
-)
 def test_its_traceback_is_one_error_record(slow_then_raises: Failed) -> None:
     """docs/worker-output.md: a traceback stays one record, ERROR."""
     tracebacks = [

@@ -223,6 +223,20 @@ def test_a_chained_traceback_is_one_record() -> None:
     assert records[1].severity == SEVERITY_ERROR
 
 
+def test_a_traceback_with_torchs_rank_prefix_is_one_record() -> None:
+    """Once its process group is up, torch's excepthook writes an uncaught exception with
+    ``[rank5]: `` before every line (seen on 2 nodes x 8 ranks: tests/scale/)."""
+    tb = (
+        "[rank5]: Traceback (most recent call last):\n"
+        '[rank5]:   File "/x/ddp_train.py", line 80, in <module>\n'
+        "[rank5]:     main()\n"
+        "[rank5]: RuntimeError: a bad batch at step 12\n"
+    )
+    records = _records(b"[rank5]: loss 0.25\n" + tb.encode() + b"[rank5]: after\n")
+    assert [r.body for r in records] == ["[rank5]: loss 0.25", tb.rstrip("\n"), "[rank5]: after"]
+    assert records[1].severity == SEVERITY_ERROR
+
+
 def test_a_fatal_error_dump_is_one_fatal_record_and_kept_for_the_root_cause() -> None:
     dump = (
         "Fatal Python error: Segmentation fault\n\n"
