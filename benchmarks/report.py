@@ -2051,7 +2051,7 @@ def _store_load_reading(sl: dict[str, Any]) -> list[str]:
             f"- {r['nodes']:,} nodes: torch's rendezvous needs at least "
             f"{_f(need * 100, 0)} % of a core of the store's server (a `get` of the "
             f"{_bytes(r['state_bytes'])} state per node about every "
-            f"{_f(p['cache_s'], 0)} s, two `compare_set` of it per keep-alive, at the costs "
+            f"{_f(p['cache_s'], 2)} s, two `compare_set` of it per keep-alive, at the costs "
             "above); simulated: "
             f"{_f(healthy['torch_ops_per_s_real'], 0)} operations a second, "
             f"{_f(r['torch_server_cores_real'] * 100, 0)} % of a core"
