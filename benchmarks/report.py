@@ -1336,7 +1336,29 @@ def _training(tr: dict[str, Any]) -> list[str]:
             ("each worker's CPU for its dumps", f"{_f(cl['worker_cpu_us_per_s'], 2)} µs/s", "-"),
         ],
     )  # fmt: skip
-    return lines
+    return lines + _scale_figures()
+
+
+def _scale_figures() -> list[str]:
+    """The scale suite's figures as it printed them (the newest
+    ``benchmarks/recorded/scale-16-nodes-*.txt``): from a stall to the last node naming it."""
+    files = sorted(RECORDED.glob("scale-16-nodes-*.txt"))
+    if not files:
+        return []
+    text = [line for line in files[-1].read_text().splitlines() if line.strip()]
+    rel = files[-1].relative_to(RECORDED.parents[1])
+    return [
+        "",
+        "### 16 nodes: from a stall to the last node naming it",
+        "",
+        "The scale suite (`tests/scale/test_sixteen_nodes.py`, real torchrun agents in network "
+        "namespaces of their own, one DDP rank each; CI runs it in a step of its own) records "
+        f"when each node's first report and its naming of the late rank arrived (`{rel}`, as "
+        "printed):",
+        "",
+        *(f"- {line.lstrip('# ')}" for line in text),
+        "",
+    ]
 
 
 def _trace_sizes(ts: dict[str, Any]) -> list[str]:
