@@ -13,6 +13,7 @@ count. Design: ``docs/hangs.md`` (NCCL timing by default).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
@@ -47,14 +48,22 @@ Enable = Callable[[str], bool]
 
 def timing_mode(environ: MutableMapping[str, str] | None = None) -> str:
     """``ELASTIC_OTEL_NCCL_TIMING`` as one of ``auto``, ``true``, ``false`` (``1``/``on`` read
-    as ``true``, ``0``/``off`` as ``false``; anything else as the default)."""
+    as ``true``, ``0``/``off`` as ``false``; anything else as the default, with a warning)."""
     raw = (environ if environ is not None else os.environ).get(ELASTIC_OTEL_NCCL_TIMING, "")
     raw = raw.strip().lower()
     if raw in ("1", "yes", "on"):
         return "true"
     if raw in ("0", "no", "off"):
         return "false"
-    return raw if raw in NCCL_TIMING_MODES else DEFAULT_NCCL_TIMING
+    if raw and raw not in NCCL_TIMING_MODES:
+        logging.getLogger("elastic_otel").warning(
+            "elastic-otel: %s=%r is none of auto, true, false; using %s",
+            ELASTIC_OTEL_NCCL_TIMING,
+            raw[:40],
+            DEFAULT_NCCL_TIMING,
+        )
+        return DEFAULT_NCCL_TIMING
+    return raw or DEFAULT_NCCL_TIMING
 
 
 def arm(environ: MutableMapping[str, str] | None = None) -> TimingSwitch:
