@@ -213,9 +213,9 @@ OOM_KILL: Final = "torchelastic.oom_kill"
 """``true`` on a worker killed by SIGKILL while its cgroup's ``memory.events`` ``oom_kill``
 count rose: the kernel's OOM killer. Absent where the kernel does not say."""
 NCCL_TIMEOUT_S: Final = "torchelastic.nccl.timeout_s"
-"""On a worker torch's NCCL watchdog ended: the timeout of the collective it timed out in
-(seconds); the collective is ``torchelastic.stalled.collective`` / ``collective_number`` /
-``process_group``."""
+"""On a worker torch's NCCL watchdog ended, and on a training stall report in the minute torch
+waits before it aborts the ranks: the timeout of the collective it timed out in (seconds); the
+collective is ``torchelastic.stalled.collective`` / ``collective_number`` / ``process_group``."""
 NCCL_ERROR: Final = "torchelastic.nccl.error"
 """On a failed worker whose last words name an NCCL error: ``ncclRemoteError``,
 ``ncclSystemError``, ... or ``communicator_aborted``."""
