@@ -980,7 +980,6 @@ def _flight_recorder(fr: dict[str, Any]) -> list[str]:
 
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
-H100_README = Path(__file__).resolve().parents[1] / "tests/data/nccl-flight-recorder"
 H100_ALL_REDUCES_PER_STEP = 8
 """DDP's all-reduces per step of 8 x Linear(4096): one bucket per 64 MB weight (the H200's
 record agrees: all-reduce #161 at step 20)."""
@@ -1041,7 +1040,7 @@ def _h100_timing_rows() -> list[str]:
     import statistics
 
     try:
-        text = (H100_README / "README.md").read_text()
+        text = (NCCL_COSTS.parent / "README.md").read_text()
     except OSError:
         return ["| (the recorded steps are missing) | | | | | | | | |"]
     rows = []

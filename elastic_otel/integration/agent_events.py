@@ -26,15 +26,13 @@ from elastic_otel.model.failures import classify
 from elastic_otel.model.goodput import Summary
 from elastic_otel.model.slow_nodes import SlowNode, slow_node_attributes
 from elastic_otel.model.stalls import (
-    INIT_GROUP,
     STALL_EVENT_NAME,
     STALL_STATE,
-    STARTUP,
-    TRAINING,
     SilentNode,
     TrainingStall,
     silence_attributes,
     silent_nodes,
+    stall_attributes,
     timing_attributes,
 )
 from elastic_otel.model.stragglers import (
@@ -280,37 +278,7 @@ def report_stacks_and_stall(
         return
     event = construct(agent, STALL_STATE, EventSource.AGENT, None)
     event.name = STALL_EVENT_NAME
-    facts: RecordAttributes = {
-        A.STALLED_IN: TRAINING,
-        A.STALLED_SECONDS: round(stall.seconds, 3),
-        A.STALLED_RANKS: stall.waited_for or stall.remote,
-        A.STALLED_WAITING: stall.waiting,
-    }
-    if stall.remote:  # named by the nodes that have them (the stall exchange)
-        facts[A.STALLED_REMOTE_HOST] = ", ".join(stall.remote_hosts)
-        facts[A.STALLED_REMOTE_PIDS] = stall.remote_pids
-    if stall.phase == STARTUP:
-        facts[A.STALLED_PHASE] = STARTUP
-    if stall.collective:
-        facts[A.STALLED_COLLECTIVE] = stall.collective
-    if stall.collective and stall.group != INIT_GROUP:  # no group exists inside init
-        facts[A.STALLED_COLLECTIVE_NUMBER] = stall.number
-    if stall.group is not None and stall.group != INIT_GROUP:
-        facts[A.STALLED_PROCESS_GROUP] = stall.group
-    if stall.backend:
-        facts[A.STALLED_BACKEND] = stall.backend
-        facts[A.STALLED_STATE_KNOWN] = stall.state_known
-    if stall.not_reached:
-        facts[A.STALLED_NOT_REACHED] = stall.not_reached
-    if stall.left:
-        facts[A.STALLED_LEFT] = stall.left
-    if stall.local_group:
-        facts[A.STALLED_LOCAL_GROUP] = True
-    if stall.timed_out:
-        facts[A.STALLED_TIMED_OUT] = stall.timed_out
-        facts[A.NCCL_TIMEOUT_S] = stall.timeout_s
-    if stall.timing is not None:
-        facts.update(timing_attributes(stall.timing))
+    facts: RecordAttributes = {**stall_attributes(stall)}
     facts.update(dump_facts)
     if liveness is not None:
         facts.update(silence_attributes(liveness.silent_nodes()))

@@ -542,6 +542,44 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     return text
 
 
+def stall_attributes(stall: TrainingStall) -> SpanAttributes:
+    """What a training stall report says of ``stall`` (the body is
+    :func:`describe_training_stall` of them; the agent adds its dumps, silent nodes and the
+    first late rank's frame)."""
+    attrs: SpanAttributes = {
+        A.STALLED_IN: TRAINING,
+        A.STALLED_SECONDS: round(stall.seconds, 3),
+        A.STALLED_RANKS: stall.waited_for or stall.remote,
+        A.STALLED_WAITING: stall.waiting,
+    }
+    if stall.remote:  # named by the nodes that have them (the stall exchange)
+        attrs[A.STALLED_REMOTE_HOST] = ", ".join(stall.remote_hosts)
+        attrs[A.STALLED_REMOTE_PIDS] = stall.remote_pids
+    if stall.phase == STARTUP:
+        attrs[A.STALLED_PHASE] = STARTUP
+    if stall.collective:
+        attrs[A.STALLED_COLLECTIVE] = stall.collective
+    if stall.collective and stall.group != INIT_GROUP:  # no group exists inside init
+        attrs[A.STALLED_COLLECTIVE_NUMBER] = stall.number
+    if stall.group is not None and stall.group != INIT_GROUP:
+        attrs[A.STALLED_PROCESS_GROUP] = stall.group
+    if stall.backend:
+        attrs[A.STALLED_BACKEND] = stall.backend
+        attrs[A.STALLED_STATE_KNOWN] = stall.state_known
+    if stall.not_reached:
+        attrs[A.STALLED_NOT_REACHED] = stall.not_reached
+    if stall.left:
+        attrs[A.STALLED_LEFT] = stall.left
+    if stall.local_group:
+        attrs[A.STALLED_LOCAL_GROUP] = True
+    if stall.timed_out and stall.timeout_s is not None:
+        attrs[A.STALLED_TIMED_OUT] = stall.timed_out
+        attrs[A.NCCL_TIMEOUT_S] = stall.timeout_s
+    if stall.timing is not None:
+        attrs.update(timing_attributes(stall.timing))
+    return attrs
+
+
 def timing_attributes(timing: NcclTiming) -> SpanAttributes:
     """What a record says of a worker's NCCL timing decision."""
     attrs: SpanAttributes = {A.NCCL_TIMING: timing.state, A.NCCL_TIMING_REASON: timing.reason}

@@ -188,16 +188,13 @@ def leave() -> None:
     A no-op outside an armed worker or on another thread; never raises."""
     if _view is None or _get_ident() != _writer:
         return
-    view, seq = _view, _state[0]
+    view = _view
     try:
         if view[_COLLECTIVE] == _LEFT and view[_STEP_NS] <= view[_SINCE]:
             return  # left already (destroy_process_group, then the exit): keep when
-        view[_SEQ] = seq + 1
-        view[_COLLECTIVE] = _LEFT
-        view[_SINCE] = _time_ns()
-        view[_SEQ] = _state[0] = seq + 2
     except Exception:
-        pass
+        return
+    _store_phase(_LEFT)
 
 
 def _mark_first(view: memoryview, step: int, now: int) -> None:

@@ -25,6 +25,7 @@ from elastic_otel.model.stalls import (
     describe_nccl_timing,
     describe_training_stall,
     rank_progress,
+    stall_attributes,
     timing_attributes,
     training_stall,
 )
@@ -201,31 +202,6 @@ def _progress() -> WorkerProgress:
     return WorkerProgress(100, 20, 0, 0, None, 0, None, None, S)
 
 
-def _attributes(stall: Any) -> dict[str, Any]:
-    from elastic_otel.model.stalls import TrainingStall
-
-    assert isinstance(stall, TrainingStall)
-    attrs: dict[str, Any] = {
-        A.STALLED_SECONDS: stall.seconds,
-        A.STALLED_WAITING: stall.waiting,
-        A.STALLED_RANKS: stall.waited_for,
-        A.STALLED_COLLECTIVE: stall.collective,
-        A.STALLED_COLLECTIVE_NUMBER: stall.number,
-        A.STALLED_PROCESS_GROUP: stall.group,
-        A.STALLED_BACKEND: stall.backend,
-        A.STALLED_STATE_KNOWN: stall.state_known,
-        A.STALLED_NOT_REACHED: stall.not_reached,
-    }
-    if stall.local_group:
-        attrs[A.STALLED_LOCAL_GROUP] = True
-    if stall.timed_out:
-        attrs[A.STALLED_TIMED_OUT] = stall.timed_out
-        attrs[A.NCCL_TIMEOUT_S] = stall.timeout_s
-    if stall.timing is not None:
-        attrs.update(timing_attributes(stall.timing))
-    return attrs
-
-
 def test_the_h200_hang_on_one_node_never_points_at_other_nodes() -> None:
     """What the bridge said on the H200 (hang.jsonl, timing off): "waiting for ranks on other
     nodes" of a job of one node. The same reading now says the group is all here."""
@@ -235,7 +211,7 @@ def test_the_h200_hang_on_one_node_never_points_at_other_nodes() -> None:
     reading = _h200_rank0(timing)
     stall = training_stall([rank_progress(0, _progress(), reading)], 13 * S, 10 * S, [0])
     assert stall is not None and stall.local_group and not stall.state_known
-    body = describe_training_stall(_attributes(stall))
+    body = describe_training_stall(stall_attributes(stall))
     assert body == (
         "stalled 12 s in training: global ranks 0 have all_reduce #161 of process group 0"
         " (nccl) enqueued, not completed; every member of the group is on this node and none of"
@@ -259,7 +235,7 @@ def test_the_h200_busy_gpu_with_timing_is_named() -> None:
     )
     stall = training_stall([rank_progress(0, _progress(), reading)], 13 * S, 10 * S, [0])
     assert stall is not None and stall.not_reached == (0,) and stall.waited_for == (0,)
-    body = describe_training_stall(_attributes(stall))
+    body = describe_training_stall(stall_attributes(stall))
     assert "waiting for global rank 0, whose GPU has not reached all_reduce #161" in body, body
     assert "other nodes" not in body and "NCCL timing" not in body, body
 
@@ -282,7 +258,7 @@ def test_a_report_in_the_watchdogs_window_says_torch_timed_it_out(tmp_path: Path
     watched = WatchedWorker(0, 0, 100, str(tmp_path), None, stderr=str(stderr))
     stall = _with_watchdog(stall, [watched])
     assert stall.timed_out == (0,) and stall.timeout_s == 10.0
-    body = describe_training_stall(_attributes(stall))
+    body = describe_training_stall(stall_attributes(stall))
     assert (
         "; torch's NCCL watchdog timed it out after 10 s on global rank 0 and is dumping its"
         " Flight Recorder before it aborts the rank"
