@@ -7,12 +7,12 @@ blocking time (:func:`elastic_otel.saving_checkpoint`); the training loop is unc
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from accelerate import Accelerator
 
-from elastic_otel.worker.progress import mark_step, saving_checkpoint
+from elastic_otel.frameworks.saves import unwrap_save, wrap_save
+from elastic_otel.worker.progress import mark_step
 
 _SAVE = "save_state"
 
@@ -32,32 +32,16 @@ class GoodputMarks:
         # An AcceleratedOptimizer wraps torch's: the inner one steps only when it really does.
         inner = getattr(optimizer, "optimizer", optimizer)
         self._hook = inner.register_step_post_hook(self._stepped)
-        self._wrap_save_state()
+        wrap_save(self.accelerator, _SAVE, lambda: self.step - 1)
 
     def _stepped(self, _optimizer: Any, _args: Any, _kwargs: Any) -> None:
         mark_step(self.step)
         self.step += 1
 
-    def _wrap_save_state(self) -> None:
-        original = self.accelerator.save_state
-
-        @functools.wraps(original)
-        def save_state(*args: Any, **kwargs: Any) -> Any:
-            step = self.step - 1
-            if step < 0:  # nothing trained yet: no progress to keep
-                return original(*args, **kwargs)
-            with saving_checkpoint(step):
-                return original(*args, **kwargs)
-
-        save_state._elastic_otel_goodput = True  # type: ignore[attr-defined]
-        setattr(self.accelerator, _SAVE, save_state)
-
     def remove(self) -> None:
         """Put the optimizer and ``save_state`` back as they were."""
         self._hook.remove()
-        wrapped = vars(self.accelerator).get(_SAVE)
-        if getattr(wrapped, "_elastic_otel_goodput", False):
-            delattr(self.accelerator, _SAVE)
+        unwrap_save(self.accelerator, _SAVE)
 
 
 def mark_goodput(accelerator: Accelerator, optimizer: Any, start_step: int = 0) -> GoodputMarks:

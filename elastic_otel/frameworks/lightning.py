@@ -7,12 +7,12 @@ Design: ``docs/goodput.md`` (From the frameworks' own hooks).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from elastic_otel.worker.progress import mark_step, saving_checkpoint
+from elastic_otel.frameworks.saves import unwrap_save, wrap_save
+from elastic_otel.worker.progress import mark_step
 
 _SAVE = "save_checkpoint"
 
@@ -35,23 +35,10 @@ class GoodputCallback(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if _SAVE in vars(trainer):
             return  # wrapped already (a second fit, or another instance of this callback)
-        original = trainer.save_checkpoint
-
-        @functools.wraps(original)
-        def save_checkpoint(*args: Any, **kwargs: Any) -> None:
-            step = trainer.global_step - 1
-            if step < 0:  # nothing trained yet: no progress to keep
-                return original(*args, **kwargs)
-            with saving_checkpoint(step):
-                return original(*args, **kwargs)
-
-        save_checkpoint._elastic_otel_goodput = True  # type: ignore[attr-defined]
-        setattr(trainer, _SAVE, save_checkpoint)
+        wrap_save(trainer, _SAVE, lambda: trainer.global_step - 1)
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        wrapped = vars(trainer).get(_SAVE)
-        if getattr(wrapped, "_elastic_otel_goodput", False):
-            delattr(trainer, _SAVE)
+        unwrap_save(trainer, _SAVE)
 
     def on_train_batch_end(
         self,
