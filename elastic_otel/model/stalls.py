@@ -183,6 +183,8 @@ def rank_progress(
     on the collective: it sees all of them; the record adds the marked step and whether it
     left training)."""
     found = _rank_progress(global_rank, progress, collectives)
+    if collectives is not None and collectives.groups:
+        found = replace(found, init=2)  # it made its groups: past init_process_group
     if collectives is not None and collectives.nccl_timing is not None:
         found = replace(found, timing=collectives.nccl_timing)
     return replace(found, left=True) if progress.left else found
@@ -222,7 +224,6 @@ def _rank_progress(
             issued,
             inside.state_of(number),
             inside.members,
-            init=2,
         )
     if progress.collective is not None:  # one the Flight Recorder does not count (send, recv)
         return RankProgress(
@@ -233,15 +234,12 @@ def _rank_progress(
             progress_ns,
             None,
             issued,
-            init=2,
         )
     # The default group in the record that counts its collectives (each record lists it once
     # the worker made it, the other record's never issues one).
     default = max((g for g in groups if g.name == "0"), key=lambda g: g.issued, default=groups[0])
     entered = max(default.issued, progress.entered)
-    return RankProgress(
-        global_rank, None, entered, progress.step, progress_ns, None, issued, init=2
-    )
+    return RankProgress(global_rank, None, entered, progress.step, progress_ns, None, issued)
 
 
 def training_stall(
