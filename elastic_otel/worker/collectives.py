@@ -178,12 +178,19 @@ class CollectivesWatch:
         status lists a group only once it recorded a collective, and a rank past
         ``init_process_group`` that never issued one is what the others wait for."""
         try:
-            name = c10d._world.pg_names.get(c10d.GroupMember.WORLD)
+            world = c10d.GroupMember.WORLD
+            name = c10d._world.pg_names.get(world)
+            config = str(c10d.get_backend_config(world))
         except Exception:
             return
         if not isinstance(name, str):
             return
+        # Only in the records of the group's own backends: a gloo job on a CUDA build must not
+        # read as a rank that never issued its first NCCL collective.
+        used = record_backends(config)
         for record in self.records or ():
+            if used and record.backend not in used:
+                continue
             self._update(record.backend, {name: {}}, 0)
             self.groups[group_key(name, record.backend)]["_placeholder"] = True
 
@@ -365,6 +372,15 @@ def _enable_timing(name: str) -> bool:
         return True
     except Exception:
         return False
+
+
+def record_backends(config: str) -> set[str]:
+    """The records a group's collectives land in, from its backend config
+    (``"cpu:gloo,cuda:nccl"``, ``"nccl"``): NCCL's for NCCL, gloo's for any other backend;
+    empty when the config names none."""
+    names = {part.rpartition(":")[2].strip().lower() for part in config.split(",")}
+    names.discard("")
+    return {NcclRecord.backend if n == NcclRecord.backend else GlooRecord.backend for n in names}
 
 
 def _members(name: str) -> list[int]:

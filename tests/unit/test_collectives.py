@@ -25,6 +25,7 @@ from elastic_otel.parsing.collectives import (
     read_collectives,
 )
 from elastic_otel.parsing.worker_progress import WorkerProgress
+from elastic_otel.worker.collectives import record_backends
 
 S = 1_000_000_000
 
@@ -80,6 +81,17 @@ def test_the_worker_thread_reads_every_process_group(tmp_path: Path) -> None:
     record = pickle.loads((tmp_path / "elastic_otel_flight_recorder.pkl").read_bytes())
     ops = [(e["profiling_name"], e["collective_seq_id"]) for e in record["entries"]]
     assert ("gloo:all_reduce", 3) in ops and ("gloo:broadcast", 1) in ops
+
+
+def test_the_default_group_is_placed_in_its_own_backends_records_only() -> None:
+    """A gloo job on a CUDA build (2.14.1's wheel) has NCCL's record too: the default group,
+    placed before its first collective, must not sit there as a NCCL group that never issued
+    one (its peers would read this rank as not started; caught by CI on 2.14.1)."""
+    assert record_backends("cpu:gloo,cuda:gloo") == {"gloo"}
+    assert record_backends("cpu:gloo,cuda:nccl") == {"gloo", "nccl"}
+    assert record_backends("nccl") == {"nccl"}
+    assert record_backends("cpu:mpi") == {"gloo"}
+    assert record_backends("") == set()
 
 
 def test_malformed_files_read_as_nothing(tmp_path: Path) -> None:
