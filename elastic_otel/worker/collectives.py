@@ -322,9 +322,11 @@ class CollectivesWatch:
                     break
 
     def _publish(self) -> None:
-        groups = [
-            {k: v for k, v in g.items() if not k.startswith("_")} for g in self.groups.values()
-        ]
+        # In the records' order (NCCL's first), whatever order the groups were met in: a group
+        # read by its name is its NCCL side in a group of both backends.
+        order = {kind.backend: i for i, kind in enumerate(RECORDS)}
+        met = sorted(self.groups.values(), key=lambda g: order.get(g["backend"], len(order)))
+        groups = [{k: v for k, v in g.items() if not k.startswith("_")} for g in met]
         body = {
             "groups": groups,
             "dumps": self.dumps,

@@ -172,8 +172,9 @@ def test_a_job_whose_record_only_nccls_functions_hold_is_read(tmp_path: Path) ->
     assert time.monotonic() - started < 120
     read = read_collectives(str(tmp_path))
     assert read is not None
-    # The default group is placed in every record the build has (issued nothing) until torch's
-    # status lists it: here gloo's, empty, never does.
+    # The default group is placed in its backend's record (issued nothing) until torch's
+    # status lists it: here gloo's (the stand-in's group is gloo's), empty, never does; the
+    # groups come in the records' order, NCCL's first.
     assert [(g.name, g.backend, g.issued, g.completed) for g in read.groups] == [
         ("0", "nccl", 3, 3),
         ("0", "gloo", 0, 0),
