@@ -1335,7 +1335,7 @@ def _training(tr: dict[str, Any]) -> list[str]:
             ("each worker's CPU for its dumps", f"{_f(cl['worker_cpu_us_per_s'], 2)} µs/s", "-"),
         ],
     )  # fmt: skip
-    return lines + _scale_figures()
+    return lines + _scale_figures() + _quiet_node_figures()
 
 
 def _scale_figures() -> list[str]:
@@ -1354,6 +1354,29 @@ def _scale_figures() -> list[str]:
         "namespaces of their own, one DDP rank each; CI runs it in a step of its own) records "
         f"when each node's first report and its naming of the late rank arrived (`{rel}`, as "
         "printed):",
+        "",
+        *(f"- {line.lstrip('# ')}" for line in text),
+        "",
+    ]
+
+
+def _quiet_node_figures() -> list[str]:
+    """The quiet-node soak as it printed it (the newest
+    ``benchmarks/recorded/quiet-node-*.txt``): each node's naming and re-reports, run by run."""
+    files = sorted(RECORDED.glob("quiet-node-*.txt"))
+    if not files:
+        return []
+    text = [line for line in files[-1].read_text().splitlines() if line.strip()]
+    rel = files[-1].relative_to(RECORDED.parents[1])
+    return [
+        "",
+        "### A held GPU, named by every node at every interval: the quiet-node soak",
+        "",
+        "`tests/multinode/test_quiet_node.py` repeated (CI runs it once, at a 4 s bound): two "
+        "nodes of two DDP ranks under the NCCL stand-in, rank 3's GPU held before an all-reduce "
+        "its peers' GPUs started; each node must name rank 3 within `ELASTIC_OTEL_STALL_AFTER` "
+        "plus one report interval (the interval is `ELASTIC_OTEL_STALL_AFTER`) and report again "
+        f"at each interval (`{rel}`, as printed; a failed run prints no line):",
         "",
         *(f"- {line.lstrip('# ')}" for line in text),
         "",

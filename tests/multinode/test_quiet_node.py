@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from elastic_otel.names import attributes as A
+from elastic_otel.names.torch_names import NCCL_TIMING_EVENT
 from elastic_otel.parsing.collectives import poll_period
 from tests.support.jobs import (
     NCCL_STANDIN,
@@ -73,7 +74,7 @@ def test_every_node_names_the_held_gpu_and_keeps_naming_it(
         PYTHONPATH=NCCL_STANDIN,
         ELASTIC_OTEL_STALL_AFTER=str(STALL_AFTER_S),
         GPU_HOLD_RANK="3",
-        GPU_HOLD_AFTER_S="15",  # past the workers' timing decision (5 s of rate)
+        GPU_HOLD_AFTER_S="12",  # after the first step: past the timing decision (5 s of rate)
         STEP_SECONDS="0.02",
     )
     port, run_id = free_port(), f"quiet-{run}-{uuid.uuid4().hex[:6]}"
@@ -93,6 +94,9 @@ def test_every_node_names_the_held_gpu_and_keeps_naming_it(
             ]
             for node, waiting in NODES.items()
         }
+        said["timing"] = [
+            r["body"] for r in grpc_receiver.logs() if r["event_name"] == NCCL_TIMING_EVENT
+        ]
         raise AssertionError(f"{timeout}\n{said}\n{outputs_after_stopping(agents)}") from None
     finally:
         stop_agents(agents)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from elastic_otel.names import attributes as A
+from elastic_otel.parsing.collectives import poll_period
 from tests.support.jobs import (
     SCRIPTS,
     job_env,
@@ -77,8 +78,15 @@ def test_a_whole_node_before_init_process_group_is_named_by_every_node(
             and r["attributes"].get(A.STALLED_WAITING, []) == waiting
         ]
 
-    reports = _run(grpc_receiver, tmp_path, "2,3", "init", lambda: by([0, 1]) and by([]))
+    def twice() -> bool:  # each node names them, then again an interval later
+        return len(by([0, 1])) >= 2 and len(by([])) >= 2
+
+    reports = _run(grpc_receiver, tmp_path, "2,3", "init", twice)
     theirs, ours = by([0, 1])[0], by([])[0]  # node 0 waits; node 1 has the late ranks
+    for node in (by([0, 1]), by([])):
+        times = sorted(r["time_ns"] / 1e9 for r in node)
+        # the interval (STALL_AFTER), a poll either side, a second for a loaded machine
+        assert times[1] - times[0] <= STALL_AFTER_S + 2 * poll_period(STALL_AFTER_S) + 1.0, times
     assert theirs["attributes"][A.STALLED_COLLECTIVE] == "init_process_group"
     assert A.STALLED_PROCESS_GROUP not in theirs["attributes"]
     assert theirs["attributes"][A.STALLED_REMOTE_HOST], theirs

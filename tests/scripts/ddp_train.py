@@ -7,9 +7,11 @@ FSDP2 and tensor parallelism do), and so issues no collective before the first `
 For the straggler tests, global rank ``SLOW_RANK`` sleeps ``SLOW_SECONDS`` more than its peers
 before each ``backward()``, and every rank ``STEP_SECONDS`` (a data loader's time). Global rank
 ``GPU_HOLD_RANK`` holds its GPU busy (``torch.cuda._sleep``, as the GPU tests' script does)
-before its ``backward()`` once ``GPU_HOLD_AFTER_S`` seconds of training passed: on the CPU only
-under the NCCL stand-in (``tests/support/nccl_standin``), which holds the rank and records its
-next all-reduce as NCCL does behind a busy GPU. In start-up, the global ranks in
+before its ``backward()`` once ``GPU_HOLD_AFTER_S`` seconds passed since its first step ended
+(the workers decide on NCCL timing 5 s after their first collective, however long a loaded
+machine took to start them): on the CPU only under the NCCL stand-in
+(``tests/support/nccl_standin``), which holds the rank and records its next all-reduce as NCCL
+does behind a busy GPU. In start-up, the global ranks in
 ``STARTUP_HANG_RANKS`` (comma separated, from ``RANK``) stop before ``init_process_group``
 (``STARTUP_HANG_AT=init``: a checkpoint load on a hung mount) or after it, before the first
 collective (``first``), until the file ``STARTUP_HANG_UNTIL`` exists if set (the load ends and
@@ -57,7 +59,7 @@ def main() -> None:
     hold_after_s = float(os.environ.get("GPU_HOLD_AFTER_S", "0"))
     raise_rank = int(os.environ.get("RAISE_RANK", "-1"))
     raise_when = os.environ.get("RAISE_WHEN", "")
-    began = time.monotonic()
+    began = float("inf")  # the end of the first step
     torch.manual_seed(0)
     model: torch.nn.Module = torch.nn.Sequential(
         torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)
@@ -73,7 +75,7 @@ def main() -> None:
         if rank == raise_rank and os.path.exists(raise_when):
             print(f"rank {rank}: a bad batch at step {step}", file=sys.stderr, flush=True)
             raise RuntimeError(f"rank {rank}: the loss is NaN at step {step}")  # RAISE LINE
-        if rank == hold_rank and time.monotonic() - began >= hold_after_s:
+        if rank == hold_rank and time.monotonic() - began >= hold_after_s:  # nan: not yet
             torch.cuda._sleep(1 << 62)  # GPU HOLD LINE
         if step_s or rank == slow_rank:
             time.sleep(step_s + (slow_s if rank == slow_rank else 0.0))
@@ -86,6 +88,7 @@ def main() -> None:
                 p.grad = funcol.all_reduce(p.grad, "avg", dist.group.WORLD).wait()
         optimizer.step()
         optimizer.zero_grad()
+        began = min(began, time.monotonic())
     dist.destroy_process_group()
 
 
