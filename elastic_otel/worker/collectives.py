@@ -50,6 +50,7 @@ C10D_MODULE = "torch.distributed.distributed_c10d"
 THREAD_NAME = "elastic-otel-collectives"
 RECORDS: tuple[type[FlightRecord], ...] = (NcclRecord, GlooRecord)
 """The kinds of record read, each where this build has it; the first with groups is the dump's."""
+_ORDER = {kind.backend: i for i, kind in enumerate(RECORDS)}
 
 
 def start(directory: str) -> threading.Thread | None:
@@ -324,8 +325,7 @@ class CollectivesWatch:
     def _publish(self) -> None:
         # In the records' order (NCCL's first), whatever order the groups were met in: a group
         # read by its name is its NCCL side in a group of both backends.
-        order = {kind.backend: i for i, kind in enumerate(RECORDS)}
-        met = sorted(self.groups.values(), key=lambda g: order.get(g["backend"], len(order)))
+        met = sorted(self.groups.values(), key=lambda g: _ORDER.get(g["backend"], len(_ORDER)))
         groups = [{k: v for k, v in g.items() if not k.startswith("_")} for g in met]
         body = {
             "groups": groups,

@@ -39,6 +39,7 @@ pytestmark = pytest.mark.e2e
 
 RUNS = int(os.environ.get("ELASTIC_OTEL_QUIET_NODE_RUNS", "1"))
 STALL_AFTER_S = float(os.environ.get("ELASTIC_OTEL_QUIET_NODE_STALL_AFTER", "4"))
+FIGURES = os.environ.get("ELASTIC_OTEL_QUIET_NODE_FIGURES")  # read before fixtures clear it
 POLL_S = poll_period(STALL_AFTER_S)
 REPORTS = 3  # the first naming report and two at the interval after it
 NODES = {"node 0": [0, 1], "node 1": [2]}  # each node by the local ranks that wait
@@ -124,10 +125,9 @@ def test_every_node_names_the_held_gpu_and_keeps_naming_it(
 
 
 def _record(run: int, figures: list[str]) -> None:
-    path = os.environ.get("ELASTIC_OTEL_QUIET_NODE_FIGURES")
-    if not path:
+    if not FIGURES:
         return
-    with open(path, "a") as out:
+    with open(FIGURES, "a") as out:
         if out.tell() == 0:
             out.write(
                 f"# ELASTIC_OTEL_QUIET_NODE_RUNS={RUNS} ELASTIC_OTEL_QUIET_NODE_STALL_AFTER="
