@@ -1,8 +1,8 @@
 """Hangs in start-up (issue 42): from the workers' start to their first collective, named by
 every node. Real two-node torchrun jobs (c10d, gloo, two DDP workers per node,
 ``tests/scripts/ddp_train.py``): a whole node whose ranks never reach ``init_process_group``
-(a checkpoint load on a hung mount), and one rank stuck after it, before the job's first
-collective. The other node's ranks wait (inside ``init_process_group``, or in collective #1);
+(a checkpoint load on a hung mount), a whole node stuck after it, before the job's first
+collective, and one rank alone before it. The other node's ranks wait (inside ``init_process_group``, or in collective #1);
 the node that has the late ranks learns it from the round's store and names them, and the
 waiting node names them through it.
 """
@@ -139,3 +139,34 @@ def test_a_whole_node_stuck_before_the_first_collective_is_named_by_every_node(
     assert "global ranks 0,1 wait in " in theirs["body"], theirs["body"]
     assert ours["attributes"][A.STALLED_PHASE] == "startup", ours
     assert " s in start-up: ranks on other nodes wait in " in ours["body"], ours["body"]
+
+
+def test_one_rank_before_init_process_group_is_named_by_every_node(
+    grpc_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """Global rank 3 alone never reaches ``init_process_group`` (issue 42's case: before, the
+    other three waited inside it with no stall record at all). Its neighbour on node 1 waits
+    inside it too, so node 1 names rank 3 from its own ranks; node 0 through the store."""
+
+    def by(waiting: list[int]) -> list[dict]:
+        return [
+            r
+            for r in _startup_reports(grpc_receiver)
+            if r["attributes"].get(A.STALLED_RANKS) == [3]
+            and r["attributes"].get(A.STALLED_WAITING, []) == waiting
+        ]
+
+    _run(grpc_receiver, tmp_path, "3", "init", lambda: by([0, 1]) and by([2]))
+    theirs, ours = by([0, 1])[0], by([2])[0]
+    for report in (theirs, ours):
+        assert report["attributes"][A.STALLED_COLLECTIVE] == "init_process_group", report
+        assert f"(in {FRAME}), which has not reached it" in report["body"], report["body"]
+    assert (
+        "global ranks 2 wait in init_process_group; waiting for global rank 3 (in" in (ours["body"])
+    ), ours["body"]
+    assert A.STALLED_REMOTE_HOST not in ours["attributes"], ours
+    assert (
+        "global ranks 0,1 wait in init_process_group; waiting for global rank 3 on "
+        in (theirs["body"])
+    ), theirs["body"]
+    assert theirs["attributes"][A.STALLED_REMOTE_HOST], theirs
