@@ -40,7 +40,8 @@ from elastic_otel.parsing.collectives import (
 )
 
 NCCL = "nccl"
-_TRUE = frozenset({"1", "true", "yes", "on"})
+_TORCH_TRUE = frozenset({"y", "yes", "1", "t", "true"})
+"""What torch's ``getCvarBool`` reads as on (any case; "on" is not among them)."""
 
 Enable = Callable[[str], bool]
 """``enable(group name)``: turn timing on for that process group; ``False`` where torch cannot."""
@@ -73,7 +74,7 @@ def arm(environ: MutableMapping[str, str] | None = None) -> TimingSwitch:
     mode = timing_mode(env)
     job = env.get(TORCH_NCCL_ENABLE_TIMING)
     if job is not None and job.strip():
-        on = job.strip().lower() in _TRUE
+        on = job.lower() in _TORCH_TRUE
         return TimingSwitch(mode, NcclTiming(on, TIMING_SET_BY_JOB))
     if mode == "true":
         env[TORCH_NCCL_ENABLE_TIMING] = "1"

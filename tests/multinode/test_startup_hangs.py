@@ -2,9 +2,9 @@
 every node. Real two-node torchrun jobs (c10d, gloo, two DDP workers per node,
 ``tests/scripts/ddp_train.py``): a whole node whose ranks never reach ``init_process_group``
 (a checkpoint load on a hung mount), a whole node stuck after it, before the job's first
-collective, and one rank alone before it. The other node's ranks wait (inside ``init_process_group``, or in collective #1);
-the node that has the late ranks learns it from the round's store and names them, and the
-waiting node names them through it.
+collective, and one rank alone before it. The other node's ranks wait (inside
+``init_process_group``, or in collective #1); the node that has the late ranks learns it from
+the round's store and names them, and the waiting node names them through it.
 """
 
 from __future__ import annotations

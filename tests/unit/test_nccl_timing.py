@@ -108,6 +108,10 @@ def test_the_modes_and_what_the_job_set() -> None:
     assert forced.decision == NcclTiming(True, "forced")
     job = nccl_timing.arm({"ELASTIC_OTEL_NCCL_TIMING": "true", "TORCH_NCCL_ENABLE_TIMING": "0"})
     assert job.decision == NcclTiming(False, "set_by_job")  # the job's own setting wins
+    # torch's own words for on: "t" is on, "on" is not (torch refuses it)
+    for word, on in (("T", True), ("yes", True), ("on", False)):
+        set_by_job = nccl_timing.arm({"TORCH_NCCL_ENABLE_TIMING": word})
+        assert set_by_job.decision == NcclTiming(on, "set_by_job"), word
     assert nccl_timing.arm({"ELASTIC_OTEL_NCCL_TIMING": "off"}).decision == NcclTiming(
         False, "forced"
     )
