@@ -1338,49 +1338,47 @@ def _training(tr: dict[str, Any]) -> list[str]:
     return lines + _scale_figures() + _quiet_node_figures()
 
 
-def _scale_figures() -> list[str]:
-    """The scale suite's figures as it printed them (the newest
-    ``benchmarks/recorded/scale-16-nodes-*.txt``): from a stall to the last node naming it."""
-    files = sorted(RECORDED.glob("scale-16-nodes-*.txt"))
+def _recorded(pattern: str, title: str, intro: str) -> list[str]:
+    """A suite's figures as it printed them, from the newest ``benchmarks/recorded/<pattern>``:
+    ``intro`` ends before the file's name, which it is followed by; nothing without a file."""
+    files = sorted(RECORDED.glob(pattern))
     if not files:
         return []
     text = [line for line in files[-1].read_text().splitlines() if line.strip()]
     rel = files[-1].relative_to(RECORDED.parents[1])
     return [
         "",
-        "### 16 nodes: from a stall to the last node naming it",
+        f"### {title}",
         "",
-        "The scale suite (`tests/scale/test_sixteen_nodes.py`, real torchrun agents in network "
-        "namespaces of their own, one DDP rank each; CI runs it in a step of its own) records "
-        f"when each node's first report and its naming of the late rank arrived (`{rel}`, as "
-        "printed):",
+        f"{intro} (`{rel}`, as printed):",
         "",
         *(f"- {line.lstrip('# ')}" for line in text),
         "",
     ]
 
 
+def _scale_figures() -> list[str]:
+    """The scale suite's: from a stall to the last node naming it."""
+    return _recorded(
+        "scale-16-nodes-*.txt",
+        "16 nodes: from a stall to the last node naming it",
+        "The scale suite (`tests/scale/test_sixteen_nodes.py`, real torchrun agents in network "
+        "namespaces of their own, one DDP rank each; CI runs it in a step of its own) records "
+        "when each node's first report and its naming of the late rank arrived",
+    )
+
+
 def _quiet_node_figures() -> list[str]:
-    """The quiet-node soak as it printed it (the newest
-    ``benchmarks/recorded/quiet-node-*.txt``): each node's naming and re-reports, run by run."""
-    files = sorted(RECORDED.glob("quiet-node-*.txt"))
-    if not files:
-        return []
-    text = [line for line in files[-1].read_text().splitlines() if line.strip()]
-    rel = files[-1].relative_to(RECORDED.parents[1])
-    return [
-        "",
-        "### A held GPU, named by every node at every interval: the quiet-node soak",
-        "",
+    """The quiet-node soak's: each node's naming and re-reports, run by run."""
+    return _recorded(
+        "quiet-node-*.txt",
+        "A held GPU, named by every node at every interval: the quiet-node soak",
         "`tests/multinode/test_quiet_node.py` repeated (CI runs it once, at a 4 s bound): two "
         "nodes of two DDP ranks under the NCCL stand-in, rank 3's GPU held before an all-reduce "
         "its peers' GPUs started; each node must name rank 3 within `ELASTIC_OTEL_STALL_AFTER` "
         "plus one report interval (the interval is `ELASTIC_OTEL_STALL_AFTER`) and report again "
-        f"at each interval (`{rel}`, as printed; a failed run prints no line):",
-        "",
-        *(f"- {line.lstrip('# ')}" for line in text),
-        "",
-    ]
+        "at each interval; a failed run prints no line",
+    )
 
 
 def _trace_sizes(ts: dict[str, Any]) -> list[str]:
