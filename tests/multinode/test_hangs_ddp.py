@@ -316,9 +316,11 @@ def test_a_frozen_node_is_named_by_its_silent_keep_alives(
 
         (stall,) = grpc_receiver.wait_until(named, 60)[:1]
         attrs = stall["attributes"]
-        assert attrs[A.STALLED_WAITING] == [0] and A.STALLED_RANKS not in attrs
+        (silent,) = attrs[A.STALLED_SILENT_GROUP_RANKS]  # the frozen node's, by pid
+        # torch ranks the nodes by (host, pid, n), not by their start: once the pids wrap
+        # (pid_max 32768 here) the frozen agent's pid can be the lower, and the host rank 1
+        assert attrs[A.STALLED_WAITING] == [1 - silent] and A.STALLED_RANKS not in attrs
         assert attrs[A.STALLED_SILENT_SELF] is False
-        assert len(attrs[A.STALLED_SILENT_GROUP_RANKS]) == 1  # the frozen node's, by pid
         assert attrs[A.STALLED_SILENT_SECONDS] >= 2.0
         assert "waiting for ranks on other nodes" in stall["body"]
         assert "sent no rendezvous keep-alive for" in stall["body"], stall["body"]
