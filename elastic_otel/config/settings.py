@@ -8,6 +8,7 @@ purpose: ``docs/architecture.md`` (Life cycle); the variables: ``docs/configurat
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from elastic_otel.config.environment import (
@@ -24,8 +25,10 @@ from elastic_otel.names.environment_variables import (
     DEFAULT_OPEN_SPAN_INTERVAL_S,
     DEFAULT_QUEUE_SIZE,
     DEFAULT_RAW_LIMIT,
+    DEFAULT_RDMA_SYSFS,
     DEFAULT_RETRY_QUEUE_SIZE,
     DEFAULT_ROUND_TRACE_MAX_NODES,
+    DEFAULT_SLOWDOWN_RATIO,
     DEFAULT_STALL_AFTER_S,
     DEFAULT_STRAGGLER_SCORE,
     DEFAULT_STRAGGLER_WINDOW_S,
@@ -38,14 +41,17 @@ from elastic_otel.names.environment_variables import (
     ELASTIC_OTEL_FORK_GUARD,
     ELASTIC_OTEL_GOODPUT,
     ELASTIC_OTEL_HEARTBEAT_LOGS,
+    ELASTIC_OTEL_LINK_STATS,
     ELASTIC_OTEL_MAX_OPEN_SPANS,
     ELASTIC_OTEL_METRICS,
     ELASTIC_OTEL_OPEN_SPAN_INTERVAL,
     ELASTIC_OTEL_QUEUE_SIZE,
     ELASTIC_OTEL_RAW_LIMIT,
+    ELASTIC_OTEL_RDMA_SYSFS,
     ELASTIC_OTEL_RDZV_EVENTS,
     ELASTIC_OTEL_RETRY_QUEUE_SIZE,
     ELASTIC_OTEL_ROUND_TRACE_MAX_NODES,
+    ELASTIC_OTEL_SLOWDOWN,
     ELASTIC_OTEL_STALL_AFTER,
     ELASTIC_OTEL_STALL_EXCHANGE,
     ELASTIC_OTEL_STRAGGLER_SCORE,
@@ -92,6 +98,12 @@ class Settings:
     """``ELASTIC_OTEL_STRAGGLER_WINDOW``: seconds per straggler window (0: no scores)."""
     straggler_score: float = DEFAULT_STRAGGLER_SCORE
     """``ELASTIC_OTEL_STRAGGLER_SCORE``: a straggler's score stays below this."""
+    slowdown_ratio: float = DEFAULT_SLOWDOWN_RATIO
+    """``ELASTIC_OTEL_SLOWDOWN``: a lasting slowdown is this much slower (0: no reports)."""
+    link_stats: bool = True
+    """``ELASTIC_OTEL_LINK_STATS``: read TCP connection statistics and RDMA counters."""
+    rdma_sysfs: str = DEFAULT_RDMA_SYSFS
+    """``ELASTIC_OTEL_RDMA_SYSFS``: where the RDMA ports are read from."""
     round_trace_max_nodes: int = DEFAULT_ROUND_TRACE_MAX_NODES
     """``ELASTIC_OTEL_ROUND_TRACE_MAX_NODES``: larger rounds get a trace per node (0: never)."""
     fork_guard: bool = True
@@ -141,6 +153,9 @@ class Settings:
             stall_after_s=env_float(ELASTIC_OTEL_STALL_AFTER, DEFAULT_STALL_AFTER_S),
             straggler_window_s=env_float(ELASTIC_OTEL_STRAGGLER_WINDOW, DEFAULT_STRAGGLER_WINDOW_S),
             straggler_score=env_float(ELASTIC_OTEL_STRAGGLER_SCORE, DEFAULT_STRAGGLER_SCORE),
+            slowdown_ratio=env_float(ELASTIC_OTEL_SLOWDOWN, DEFAULT_SLOWDOWN_RATIO),
+            link_stats=env_flag(ELASTIC_OTEL_LINK_STATS, True),
+            rdma_sysfs=os.environ.get(ELASTIC_OTEL_RDMA_SYSFS) or DEFAULT_RDMA_SYSFS,
             round_trace_max_nodes=env_int(
                 ELASTIC_OTEL_ROUND_TRACE_MAX_NODES, DEFAULT_ROUND_TRACE_MAX_NODES
             ),

@@ -242,6 +242,18 @@ ELASTIC_OTEL_STRAGGLER_SCORE = "ELASTIC_OTEL_STRAGGLER_SCORE"
 """A rank whose straggler score (1: as fast as its fastest local peer) stays below this, the
 worst of its node, for consecutive windows is reported as a straggler (default ``0.75``)."""
 DEFAULT_STRAGGLER_SCORE = 0.75
+ELASTIC_OTEL_SLOWDOWN = "ELASTIC_OTEL_SLOWDOWN"
+"""A process group whose collectives come this many times slower than the job's own baseline,
+lastingly (a change point, not one slow window), is reported as slowed down, split into its
+part (communication or compute), once per straggler window while it lasts, and its end with
+what it cost (default ``1.3``; ``0``: no slowdown reports, and no link reads)."""
+DEFAULT_SLOWDOWN_RATIO = 1.3
+ELASTIC_OTEL_LINK_STATS = "ELASTIC_OTEL_LINK_STATS"
+"""``false``: the agent reads neither its node's TCP connection statistics (sock_diag) nor its
+RDMA ports' counters, and no link is named (default ``true``)."""
+ELASTIC_OTEL_RDMA_SYSFS = "ELASTIC_OTEL_RDMA_SYSFS"
+"""The directory the agent reads RDMA ports from (default ``/sys/class/infiniband``)."""
+DEFAULT_RDMA_SYSFS = "/sys/class/infiniband"
 ELASTIC_OTEL_WORKER_OUTPUT = "ELASTIC_OTEL_WORKER_OUTPUT"
 """Which streams of its workers the instrumented agent turns into log records on their
 ``worker`` spans: ``stderr`` (default), ``stdout``, ``all`` (both) or ``none``."""
