@@ -93,6 +93,9 @@ class StragglerWatch:
         self.inside: dict[str, GroupInside] = {}
         """Per group, its local ranks' device time inside over the last window where the
         record times collectives (what the node publishes for :mod:`.slow_nodes`)."""
+        self.earliest: dict[str, tuple[int, ...]] = {}
+        """Per group, the earliest local arrival (ns) of each collective every local member
+        issued in the last window, in order (what :mod:`.slowdowns` reads)."""
         self._arrivals = _Pending()  # group → seq → rank → when it issued it (ns)
         self._durations = _Pending()  # group → seq → rank → ns its device spent inside
         self._members: dict[str, tuple[int, ...]] = {}
@@ -122,6 +125,7 @@ class StragglerWatch:
         scores: dict[int, RankScore] = {}
         candidates: list[tuple[RankScore, tuple[int, ...]]] = []
         inside: dict[str, GroupInside] = {}
+        earliest_by_group: dict[str, tuple[int, ...]] = {}
         for group in sorted(self._arrivals.groups() | self._durations.groups()):
             known = self._members.get(group)
             seen = self._arrivals.ranks(group) | self._durations.ranks(group)
@@ -129,8 +133,10 @@ class StragglerWatch:
             if not ranks or (len(ranks) < 2 and not known):
                 continue  # one rank, and whether it is the only local member is not known
             rows = self._arrivals.complete(group, ranks)
+            if rows:
+                earliest_by_group[group] = tuple(min(row[r] for r in ranks) for row in rows)
             if len(rows) >= MIN_COLLECTIVES:
-                earliest = [min(row[r] for r in ranks) for row in rows]
+                earliest = earliest_by_group[group]
                 if earliest[-1] > earliest[0]:
                     self._interval[group] = (earliest[-1] - earliest[0]) / (len(rows) - 1)
             interval = self._interval.get(group, 0.0)
@@ -160,7 +166,7 @@ class StragglerWatch:
                 worst.lateness_s >= DOMINANCE * p.lateness_s for p in peers
             ):
                 candidates.append((worst, tuple(p.global_rank for p in peers)))
-        self.inside = inside
+        self.inside, self.earliest = inside, earliest_by_group
         if not scores:  # nothing to score (an idle or hung job, arrivals yet to come): no evidence
             return None
         self.scores = scores

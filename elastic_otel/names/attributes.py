@@ -205,7 +205,7 @@ say so), ``edge`` (a point-to-point send/receive edge) or ``local`` (a node's ow
 LINK_TRANSPORT: Final = "torchelastic.link.transport"
 """Where the evidence comes from: ``tcp`` (the kernel's per-connection statistics), ``rdma``
 (the NIC's port counters in sysfs) or ``p2p`` (the Flight Recorder's sends and receives)."""
-LINK_NODE: Final = "torchelastic.link.node"
+LINK_NODES: Final = "torchelastic.link.node"
 """The host name(s) named (a string array: one for a node, two for a link)."""
 LINK_NODE_RANK: Final = "torchelastic.link.node_rank"
 """Their node ranks in the round (an int array, in the same order)."""

@@ -186,6 +186,9 @@ class CollectiveProgress:
     completed since the last window, where the record times them (NCCL with timing events;
     the newest :data:`MAX_ARRIVALS` of each; absent from older files)."""
     nccl_timing: NcclTiming | None = None  # absent until the worker has a NCCL group
+    open_share: tuple[tuple[str, int, int], ...] = ()
+    """Per process group, over the last straggler window: (key, samples with a collective open,
+    samples), from the worker's sampling of the record's status (absent from older files)."""
 
     def open_group(self) -> GroupProgress | None:
         """The group whose collective the worker is in: the open one issued last (a worker
@@ -240,6 +243,7 @@ def parse_collectives(data: object) -> CollectiveProgress | None:
             window_ns=int(data.get("window_ns") or 0),
             durations=_pairs(data.get("durations")),
             nccl_timing=parse_nccl_timing(data.get("nccl_timing")),
+            open_share=_shares(data.get("open_share")),
         )
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
@@ -255,6 +259,25 @@ def _pairs(data: object) -> tuple[tuple[str, tuple[tuple[int, int], ...]], ...]:
         (str(name), tuple((int(seq), int(t)) for seq, t in pairs[-MAX_ARRIVALS:]))
         for name, pairs in data.items()
     )
+
+
+def _shares(data: object) -> tuple[tuple[str, int, int], ...]:
+    """Per group key, (samples open, samples): both non-negative, open at most samples."""
+    if not data:
+        return ()
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+    out = []
+    for name, (opened, samples) in list(data.items())[:MAX_GROUPS_SHARED]:
+        opened, samples = int(opened), int(samples)
+        if not 0 <= opened <= samples:
+            raise ValueError("not a share")
+        out.append((str(name), opened, samples))
+    return tuple(out)
+
+
+MAX_GROUPS_SHARED = 64
+"""Process groups whose open share is read from one worker's file."""
 
 
 def device_ns(entry: dict[str, object]) -> int | None:

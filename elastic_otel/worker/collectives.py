@@ -51,6 +51,10 @@ THREAD_NAME = "elastic-otel-collectives"
 RECORDS: tuple[type[FlightRecord], ...] = (NcclRecord, GlooRecord)
 """The kinds of record read, each where this build has it; the first with groups is the dump's."""
 _ORDER = {kind.backend: i for i, kind in enumerate(RECORDS)}
+SAMPLE_S = 0.1
+"""How often, with straggler windows on, the thread samples whether each group has a collective
+open (one status read, tens of µs): the share of samples with one open is the rank's time inside
+collectives where the record does not time them (gloo; NCCL without timing events)."""
 
 
 def start(directory: str) -> threading.Thread | None:
@@ -102,6 +106,9 @@ class CollectivesWatch:
         self.window_read_ns = 0  # when the arrivals were last read (0: not yet)
         self.arrivals: dict[str, list[tuple[int, int]]] = {}
         self.durations: dict[str, list[tuple[int, int]]] = {}
+        self.open_share: dict[str, tuple[int, int]] = {}  # per group key, the last window's
+        self._samples: dict[str, list[int]] = {}  # per group key: [samples open, samples]
+        self._last_poll_ns = 0
         self._last_seq: dict[str, int] = {}  # per group key: the newest arrival already left
         self._last_done: dict[str, int] = {}  # per group key: the newest duration already left
         self._written: str | None = None
@@ -109,14 +116,35 @@ class CollectivesWatch:
         self.enable_timing = enable_timing or _enable_timing
 
     def run(self, fd: int) -> None:
+        period_ns = int(self.period_s * 1e9)
         while os.getpid() == self.pid:  # not in a forked child (the thread is not there)
-            ready, _, _ = select.select([fd], [], [], self.period_s)
+            timeout = min(self.period_s, SAMPLE_S) if self.window_ns > 0 else self.period_s
+            ready, _, _ = select.select([fd], [], [], timeout)
             asked = False
             if ready:
                 with contextlib.suppress(BlockingIOError):
                     asked = bool(os.read(fd, 64))
+            now_ns = time.time_ns()
             with contextlib.suppress(Exception):  # never the worker's problem
-                self.poll(time.time_ns(), asked)
+                if asked or now_ns - self._last_poll_ns >= period_ns:
+                    self._last_poll_ns = now_ns
+                    self.poll(now_ns, asked)
+                else:
+                    self.sample()
+
+    def sample(self) -> None:
+        """Count, per group, whether a collective is open now (between polls)."""
+        if self.records is not None and self.window_ns > 0:
+            for record in self.records:
+                self._count(record.backend, record.status())
+
+    def _count(self, backend: str, pg_status: dict[str, Any]) -> None:
+        for name, st in pg_status.items():
+            issued = int(st.get("last_enqueued_collective", -1))
+            completed = int(st.get("last_completed_collective", -1))
+            counts = self._samples.setdefault(group_key(name, backend), [0, 0])
+            counts[0] += issued > completed
+            counts[1] += 1
 
     def poll(self, now_ns: int, dump: bool = False) -> None:
         """Read every group's status in every record; identify collectives open long enough;
@@ -130,7 +158,10 @@ class CollectivesWatch:
             self._place_default_group(c10d)
         changed = False
         for record in self.records:
-            changed |= self._update(record.backend, record.status(), now_ns)
+            status = record.status()
+            if self.window_ns > 0:
+                self._count(record.backend, status)
+            changed |= self._update(record.backend, status, now_ns)
         if changed:
             self.progress_ns = now_ns
         if self.timing is not None:
@@ -274,6 +305,8 @@ class CollectivesWatch:
                 del pairs[:-MAX_ARRIVALS]
                 last[key] = pairs[-1][0]
         self.arrivals, self.durations = arrivals, durations
+        self.open_share = {k: (c[0], c[1]) for k, c in self._samples.items() if c[1]}
+        self._samples = {}
 
     def _dump(self, wholes: dict[str, dict[str, Any]]) -> None:
         """torch's own pickle of each record read, for ``torchfrtrace``: the first record with
@@ -332,6 +365,7 @@ class CollectivesWatch:
             "dumps": self.dumps,
             "arrivals": self.arrivals,
             "durations": self.durations,
+            "open_share": self.open_share,
             "window_ns": self.window_read_ns,
         }
         decision = self.timing.decision if self.timing is not None else None
