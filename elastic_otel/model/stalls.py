@@ -147,6 +147,7 @@ class RankProgress:
     timing: NcclTiming | None = None  # its NCCL timing events, where it has a NCCL group
     init: int = 0  # init_process_group: 0 not reached (or unknown), 1 inside (since
     # ``progress_ns``), 2 past it
+    timed_from: int = 0  # ``group``'s first collective with NCCL timing events (0: none known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +169,7 @@ class TrainingStall:
     timeout_s: float | None = None  # after how long
     phase: str = TRAINING  # STARTUP before training began
     timing: NcclTiming | None = None  # the waiting ranks' NCCL timing, where they have one
+    timed_from: int = 0  # the group's first collective with NCCL timing events (0: none known)
     # Named by other nodes through the round's store (model/stall_exchange.py): the ranks
     # waited for there, their nodes (host, agent pid) and the first one's innermost frame.
     remote: tuple[int, ...] = ()
@@ -224,6 +226,7 @@ def _rank_progress(
             issued,
             inside.state_of(number),
             inside.members,
+            timed_from=inside.timed_from,
         )
     if progress.collective is not None:  # one the Flight Recorder does not count (send, recv)
         return RankProgress(
@@ -365,6 +368,7 @@ def _group_stall(
         state_known=any(state(r) is not None for r in inside),
         local_group=bool(members) and members <= local,
         timing=next((r.timing for r in inside if r.timing is not None), None),
+        timed_from=max((r.timed_from for r in inside if r.entered == number), default=0),
     )
 
 
@@ -481,6 +485,7 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     never = [r for r in _as_ranks(ranks) if r not in late and r not in left]
     frame = attributes.get(A.STACK_FRAME)
     init = collective == INIT  # no process group yet: every rank must reach it
+    late_timing = _late_timing(attributes)
     if collective and not waiting and never and (group is not None or init):
         # Ranks that never issued it, none local waiting: the ones that issued it are elsewhere.
         text += f": ranks on other nodes wait in {which}"
@@ -510,14 +515,20 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
         text += "; waiting for " + " and ".join(parts)
     elif waiting and attributes.get(A.STALLED_LOCAL_GROUP) is True:
         text += "; every member of the group is on this node"
-        if unknown:
+        if unknown and late_timing:
+            text += f" and none of their GPUs has finished it: {late_timing}, so the record"
+            text += f" cannot tell which GPU stopped ({_TIMED_FROM_START})"
+        elif unknown:
             text += " and none of their GPUs has finished it: without NCCL timing the record"
             text += " cannot tell which GPU stopped"
         else:
             text += " and inside it: no rank is late, the transport between them is stuck"
     elif waiting:
         text += "; waiting for ranks on other nodes"
-        if unknown:
+        if unknown and late_timing:
+            text += f" (or a local GPU: {late_timing}, so the record cannot say whose GPU"
+            text += f" started it; {_TIMED_FROM_START})"
+        elif unknown:
             text += " (or a local GPU: without NCCL timing the record does not say whose GPU"
             text += " started it)"
     elif not collective:
@@ -538,6 +549,21 @@ def describe_training_stall(attributes: SpanAttributes) -> str:
     if unanswered:
         text += f"; no Flight Recorder dump from global rank {unanswered} (holding the GIL?)"
     return text
+
+
+_TIMED_FROM_START = "ELASTIC_OTEL_NCCL_TIMING=true times from the first"
+
+
+def _late_timing(attributes: SpanAttributes) -> str:
+    """``NCCL timing came on from collective #502, after this one (#501) was enqueued`` when
+    ``auto`` turned timing on while the stuck collective was already enqueued (it never gets a
+    start event, whatever ``torchelastic.nccl.timing`` says); ``""`` otherwise."""
+    since = attributes.get(A.NCCL_TIMING_FROM)
+    number = attributes.get(A.STALLED_COLLECTIVE_NUMBER)
+    if attributes.get(A.NCCL_TIMING) != "on" or not _is_number(since):
+        return ""
+    this = f" (#{number})" if _is_number(number) and number else ""
+    return f"NCCL timing came on from collective #{since}, after this one{this} was enqueued"
 
 
 def stall_attributes(stall: TrainingStall) -> SpanAttributes:
@@ -575,6 +601,8 @@ def stall_attributes(stall: TrainingStall) -> SpanAttributes:
         attrs[A.NCCL_TIMEOUT_S] = stall.timeout_s
     if stall.timing is not None:
         attrs.update(timing_attributes(stall.timing))
+        if stall.timing.on and not stall.state_known and stall.timed_from > stall.number > 0:
+            attrs[A.NCCL_TIMING_FROM] = stall.timed_from  # came on after this one was enqueued
     return attrs
 
 
@@ -587,6 +615,8 @@ def timing_attributes(timing: NcclTiming) -> SpanAttributes:
         attrs[A.NCCL_TIMING_COST] = timing.share_percent
     if timing.budget_percent is not None:
         attrs[A.NCCL_TIMING_BUDGET] = timing.budget_percent
+    if timing.cost_us is not None:
+        attrs[A.NCCL_TIMING_COST_US] = timing.cost_us
     return attrs
 
 
@@ -600,22 +630,42 @@ _TIMING_WHY = {
 
 def describe_nccl_timing(attributes: SpanAttributes) -> str:
     """What follows "NCCL timing" in a record, from :func:`timing_attributes`: "off: 800
-    collectives/s x 9.0 µs = 0.72 % of wall time, over the 0.5 % budget"."""
+    collectives/s x 9.0 µs = 0.72 % of wall time, over the 0.5 % budget"; the cost per
+    collective is the configured one (``ELASTIC_OTEL_NCCL_TIMING_COST_US``), derived from the
+    share and the rate only for records from before it was carried."""
     state = attributes.get(A.NCCL_TIMING)
     reason = attributes.get(A.NCCL_TIMING_REASON)
     rate = attributes.get(A.NCCL_TIMING_RATE)
     cost = attributes.get(A.NCCL_TIMING_COST)
     budget = attributes.get(A.NCCL_TIMING_BUDGET)
+    each = attributes.get(A.NCCL_TIMING_COST_US)
     measured = reason in (TIMING_WITHIN_BUDGET, TIMING_OVER_BUDGET)
     if measured and _is_number(rate) and _is_number(cost) and _is_number(budget):
-        per_us = cost / rate * 1e4 if rate else 0.0  # % of a second per collective → µs
+        if not _is_number(each) and rate:
+            each = cost / rate * 1e4  # % of a second per collective → µs
+        times = f" x {_short(each)} µs" if _is_number(each) else ""
         side = "within" if reason == TIMING_WITHIN_BUDGET else "over"
         return (
-            f"{state}: {rate:.0f} collectives/s x {per_us:.1f} µs = {cost:.2f} % of wall time,"
+            f"{state}: {_rate(rate)} collectives/s{times} = {_percent(cost)} % of wall time,"
             f" {side} the {budget:g} % budget"
         )
+    if reason == TIMING_MEASURING and rate == 0:
+        return f"{state}: still measuring the collective rate (none completed while it measured)"
     why = _TIMING_WHY.get(str(reason), str(reason))
     return f"{state}: " + why.format("true" if state == "on" else "false")
+
+
+def _rate(rate: float) -> str:
+    """``800``, ``3.6``, ``0.4``: a job of a collective every few seconds is not "0"."""
+    return f"{rate:.0f}" if rate >= 10 or rate == 0 else f"{rate:.2g}"
+
+
+def _short(us: float) -> str:
+    return f"{us:.1f}" if us >= 0.1 or us == 0 else f"{us:.2g}"
+
+
+def _percent(share: float) -> str:
+    return f"{share:.2f}" if share >= 0.01 or share == 0 else f"{share:.1g}"
 
 
 def _remote_text(attributes: SpanAttributes) -> str:

@@ -116,6 +116,11 @@ NCCL_TIMING_COST: Final = "torchelastic.nccl.timing.cost_percent"
 """What timing costs at that rate, in percent of wall time (rate x cost per collective)."""
 NCCL_TIMING_BUDGET: Final = "torchelastic.nccl.timing.budget_percent"
 """The budget it was held to (``ELASTIC_OTEL_NCCL_TIMING_BUDGET``)."""
+NCCL_TIMING_COST_US: Final = "torchelastic.nccl.timing.cost_us"
+"""The cost per collective it was reckoned with, in µs (``ELASTIC_OTEL_NCCL_TIMING_COST_US``)."""
+NCCL_TIMING_FROM: Final = "torchelastic.nccl.timing.from"
+"""On a NCCL training stall whose collective was enqueued before ``auto`` turned timing on: the
+group's first collective with timing events (the stuck one never gets a start event)."""
 STALLED_REMOTE_HOST: Final = "torchelastic.stalled.remote_host"
 """On a training stall whose ranks waited for are on other nodes, as those nodes said through
 the round's store: their hosts (comma separated); ``torchelastic.stalled.ranks`` names the
@@ -201,10 +206,12 @@ LINK_STATE: Final = "SLOW_LINK"
 LINK_SCOPE: Final = "torchelastic.link.scope"
 """What is named: ``link`` (one pair of nodes), ``node`` (every path of one node: its NIC, its
 cable), ``fabric`` (every path: a switch, the network), ``nic`` (an RDMA port whose counters
-say so), ``edge`` (a point-to-point send/receive edge) or ``local`` (a node's own evidence)."""
+say so) or ``local`` (a node's own evidence)."""
 LINK_TRANSPORT: Final = "torchelastic.link.transport"
-"""Where the evidence comes from: ``tcp`` (the kernel's per-connection statistics), ``rdma``
-(the NIC's port counters in sysfs) or ``p2p`` (the Flight Recorder's sends and receives)."""
+"""Where the evidence comes from: ``tcp`` (the kernel's per-connection statistics), ``netdev``
+(the node's own network interface: its transmit queue held traffic back, its errors moved, its
+rate is lower; what tells the slow end of a link its paths cannot) or ``rdma`` (the NIC's port
+counters in sysfs)."""
 LINK_NODES: Final = "torchelastic.link.node"
 """The host name(s) named (a string array: one for a node, two for a link)."""
 LINK_NODE_RANK: Final = "torchelastic.link.node_rank"

@@ -6,9 +6,10 @@ microseconds, so what they cost a job is its collective rate times that. In ``au
 default) the worker's collectives thread measures its NCCL collective rate for
 :data:`~elastic_otel.names.environment_variables.NCCL_TIMING_MEASURE_S` after the first one
 completed, then turns timing on at run time (``ProcessGroup._enable_collectives_timing()``) when
-rate x cost is within the budget, for every NCCL group and each made later. Collectives enqueued
-before that never get a start event: each group's ``timed_from`` says from which one its states
-count. Design: ``docs/hangs.md`` (NCCL timing by default).
+rate x cost is within the budget, for every NCCL group and each made later; a window in which no
+collective completed measured nothing (a job stuck in its first steps), so it measures again.
+Collectives enqueued before that never get a start event: each group's ``timed_from`` says from
+which one its states count. Design: ``docs/hangs.md`` (NCCL timing by default).
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ class TimingSwitch:
         self.cost_us = cost_us
         self.measure_ns = int(measure_s * 1e9)
         self._from_start = decided is not None and decided.on  # timed since groups were made
-        self._start: tuple[int, int] | None = None  # (ns, collectives issued) measured from
+        self._start: tuple[int, int, int] | None = None  # (ns, issued, completed) measured from
+        self._completed = 0  # collectives completed when a window saw none complete
         self._enabled: set[str] = set()  # group names timing was turned on for at run time
         self._failed: set[str] = set()  # group names torch refused it for
 
@@ -131,12 +133,10 @@ class TimingSwitch:
             return False
         changed = False
         if self.decision is None or self.decision.reason == TIMING_MEASURING:
-            decided = self._measure(now_ns, nccl)
-            if decided is None:
-                if self.decision is not None:
-                    return False
-                decided = NcclTiming(False, TIMING_MEASURING)
-            self.decision, changed = decided, True
+            decided = self._measure(now_ns, nccl) or self.decision
+            decided = decided or NcclTiming(False, TIMING_MEASURING)
+            changed = decided != self.decision
+            self.decision = decided
         if not self.decision.on:
             return changed
         for group in nccl:
@@ -153,7 +153,12 @@ class TimingSwitch:
             elif not self._enabled:  # the first one failed: this torch cannot at run time
                 d = self.decision
                 self.decision = NcclTiming(
-                    False, TIMING_NOT_AT_RUN_TIME, d.rate, d.share_percent, d.budget_percent
+                    False,
+                    TIMING_NOT_AT_RUN_TIME,
+                    d.rate,
+                    d.share_percent,
+                    d.budget_percent,
+                    d.cost_us,
                 )
                 return True
             else:
@@ -163,16 +168,28 @@ class TimingSwitch:
         return changed
 
     def _measure(self, now_ns: int, nccl: list[dict[str, Any]]) -> NcclTiming | None:
-        """The decision once the rate has been measured long enough; ``None`` until then."""
+        """The decision once the rate has been measured long enough; ``None`` until then.
+
+        A window in which no collective completed is no measurement: its rate (0, or what a
+        stuck GPU let the rank enqueue) says nothing of what timing would cost once the job
+        runs, and a decision on it would turn timing on for any job stuck in its first steps,
+        however fast it runs later. So the worker keeps measuring and says so (still
+        ``measuring``, at a rate of 0), and the next window begins when a collective completes
+        again, so that it measures the job at work. A stuck job loses nothing by the wait: no
+        collective enqueued before the switch would get timing events anyway."""
         issued = sum(int(g["issued"]) for g in nccl)
+        completed = sum(int(g["completed"]) for g in nccl)
         if self._start is None:
-            if any(int(g["completed"]) > 0 for g in nccl):
-                self._start = (now_ns, issued)  # the communicator is up: rates from here
+            if completed > self._completed:  # the communicator is up, or working again
+                self._start = (now_ns, issued, completed)
             return None
-        started_ns, started_issued = self._start
+        started_ns, started_issued, started_completed = self._start
         elapsed_ns = now_ns - started_ns
         if elapsed_ns < self.measure_ns:
             return None
+        if completed == started_completed:
+            self._start, self._completed = None, completed
+            return NcclTiming(False, TIMING_MEASURING, 0.0, None, self.budget_percent, self.cost_us)
         rate = (issued - started_issued) / (elapsed_ns / 1e9)
         share = rate * self.cost_us * 1e-6 * 100
         within = share <= self.budget_percent

@@ -330,3 +330,109 @@ def test_a_collective_the_gpu_starts_is_no_progress(tmp_path: Path) -> None:
     assert then is not None and then.group("0", "nccl") is not None
     assert then.group("0", "nccl").started == 10  # type: ignore[union-attr]
     assert then.progress_ns == 5 * S  # still waiting since the first reading
+
+
+# --- a job stuck in its first steps (issue 46) -------------------------------------------------
+
+
+def _stuck(tmp_path: Path, switch: nccl_timing.TimingSwitch, worked_s: int) -> CollectiveProgress:
+    """The worker's watch on a default group that completes 10 collectives a second for
+    ``worked_s`` seconds after its first, then waits in the next one (#``10 * worked_s + 2``,
+    enqueued, never completed) for the rest of 12 seconds."""
+    watch, extension = _watch(tmp_path, switch)
+    for second in range(13):
+        done = 1 + 10 * min(second, worked_s)
+        extension.record = _record(done + 1 if second >= worked_s else done, done)
+        watch.poll((10 + second) * S)
+    found = read_collectives(str(tmp_path))
+    assert found is not None
+    return found
+
+
+def test_a_stall_in_a_collective_enqueued_before_timing_came_on_says_so(
+    tmp_path: Path, gloo_group: Any
+) -> None:
+    """The job worked for 3 s, then hung in all_reduce #32 before ``auto`` decided (5 s after
+    its first collective): timing came on from #33, so #32 never gets a start event. The report
+    says ``on`` and why the record still cannot tell whose GPU started #32, never "without NCCL
+    timing" (what a stand-in job stuck at step 5 said in 8 reports of 8)."""
+    reading = _stuck(tmp_path, _switch(), worked_s=3)
+    timing, group = reading.nccl_timing, reading.group("0", "nccl")
+    assert timing is not None and timing.on and timing.reason == "within_budget"
+    assert group is not None and (group.issued, group.completed, group.timed_from) == (32, 31, 33)
+    stall = training_stall([rank_progress(0, _progress(), reading)], 22 * S, 3 * S, [0, 1])
+    assert stall is not None and not stall.state_known and stall.number == 32
+    attrs = stall_attributes(stall)
+    assert (attrs[A.NCCL_TIMING], attrs[A.NCCL_TIMING_FROM]) == ("on", 33)
+    body = describe_training_stall(attrs)
+    assert body == (
+        "stalled 9 s in training: global ranks 0 have collective #32 of process group 0 (nccl)"
+        " enqueued, not completed; every member of the group is on this node and none of their"
+        " GPUs has finished it: NCCL timing came on from collective #33, after this one (#32) was"
+        " enqueued, so the record cannot tell which GPU stopped (ELASTIC_OTEL_NCCL_TIMING=true"
+        " times from the first)"
+    ), body
+    # A group with members on other nodes: the same, in that report's words.
+    spread = dataclasses.replace(stall, local_group=False)
+    assert describe_training_stall(stall_attributes(spread)).endswith(
+        "; waiting for ranks on other nodes (or a local GPU: NCCL timing came on from collective"
+        " #33, after this one (#32) was enqueued, so the record cannot say whose GPU started it;"
+        " ELASTIC_OTEL_NCCL_TIMING=true times from the first)"
+    )
+    # A collective enqueued after the switch is timed: the report names no missing timing.
+    timed = dataclasses.replace(stall, number=33, state_known=True)
+    assert A.NCCL_TIMING_FROM not in stall_attributes(timed)
+
+
+def test_timing_on_from_the_start_leaves_nothing_to_explain(tmp_path: Path) -> None:
+    """``ELASTIC_OTEL_NCCL_TIMING=true``: every collective is timed (``timed_from`` 1)."""
+    reading = _stuck(tmp_path, _switch(ELASTIC_OTEL_NCCL_TIMING="true"), worked_s=3)
+    group = reading.group("0", "nccl")
+    assert group is not None and group.timed_from == 1
+    stall = training_stall([rank_progress(0, _progress(), reading)], 22 * S, 3 * S, [0, 1])
+    assert stall is not None and A.NCCL_TIMING_FROM not in stall_attributes(stall)
+
+
+def test_a_window_in_which_no_collective_completed_decides_nothing(
+    tmp_path: Path, gloo_group: Any
+) -> None:
+    """Stuck in its second collective from the start: 0 collectives a second is no rate.
+    The worker keeps measuring and says why; it decides once collectives complete again."""
+    switch = _switch()
+    reading = _stuck(tmp_path, switch, worked_s=0)
+    timing = reading.nccl_timing
+    assert timing == NcclTiming(False, "measuring", 0.0, None, 0.5, 9.0), timing
+    group = reading.group("0", "nccl")
+    assert group is not None and group.timed_from == 0
+    text = describe_nccl_timing(timing_attributes(timing))
+    assert text == "off: still measuring the collective rate (none completed while it measured)"
+    stall = training_stall([rank_progress(0, _progress(), reading)], 22 * S, 3 * S, [0, 1])
+    assert stall is not None
+    assert describe_training_stall(stall_attributes(stall)).endswith(
+        " (NCCL timing off: still measuring the collective rate (none completed while it measured))"
+    )
+    # It works again from the 23rd second: a window later, decided on what it measured.
+    groups = [{"name": "0", "backend": "nccl", "issued": 2, "completed": 1, "timed_from": 0}]
+    for second in range(23, 29):
+        groups[0].update(issued=2 + 20 * (second - 22), completed=1 + 20 * (second - 22))
+        switch.observe(second * S, groups, lambda name: True)
+    decided = switch.decision
+    assert decided is not None and decided.reason == "within_budget"
+    assert decided.rate == pytest.approx(20.0, rel=0.3)
+
+
+def test_the_decision_says_the_cost_per_collective_it_was_reckoned_with() -> None:
+    """The configured cost, not one derived from a rounded share (which read "0.0 µs" at a
+    rate of 0, and "8.9 µs" for 9); a slow job's rate is not rounded to 0."""
+    timing = NcclTiming(True, "within_budget", 0.4, 0.0004, 0.5, 9.0)
+    assert describe_nccl_timing(timing_attributes(timing)) == (
+        "on: 0.4 collectives/s x 9.0 µs = 0.0004 % of wall time, within the 0.5 % budget"
+    )
+    assert timing_attributes(timing)[A.NCCL_TIMING_COST_US] == 9.0
+    cheap = NcclTiming(True, "within_budget", 3.6, 0.0032, 0.5, 9.0)
+    assert describe_nccl_timing(timing_attributes(cheap)).startswith(
+        "on: 3.6 collectives/s x 9.0 µs = 0.003 % of wall time"
+    )
+    # A record from before the cost was carried: derived from the share, as before.
+    older = {k: v for k, v in timing_attributes(cheap).items() if k != A.NCCL_TIMING_COST_US}
+    assert " x 8.9 µs = " in describe_nccl_timing(older)
