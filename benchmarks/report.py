@@ -1335,7 +1335,7 @@ def _training(tr: dict[str, Any]) -> list[str]:
             ("each worker's CPU for its dumps", f"{_f(cl['worker_cpu_us_per_s'], 2)} µs/s", "-"),
         ],
     )  # fmt: skip
-    return lines + _scale_figures() + _quiet_node_figures()
+    return lines + _scale_figures() + _quiet_node_figures() + _link_read_figures()
 
 
 def _recorded(pattern: str, title: str, intro: str) -> list[str]:
@@ -1379,6 +1379,33 @@ def _quiet_node_figures() -> list[str]:
         "plus one report interval (the interval is `ELASTIC_OTEL_STALL_AFTER`) and report again "
         "at each interval; a failed run prints no line",
     )
+
+
+def _link_read_figures() -> list[str]:
+    """``python -m benchmarks.link_reads``'s table, from the newest
+    ``benchmarks/recorded/link-reads-*.txt`` (it prints markdown: kept as printed)."""
+    files = sorted(RECORDED.glob("link-reads-*.txt"))
+    if not files:
+        return []
+    rel = files[-1].relative_to(RECORDED.parents[1])
+    return [
+        "",
+        "### Slow links: the per-window reads",
+        "",
+        "What one node reads once per straggler window for the slow-link exchange "
+        "(docs/hangs.md, Slow links and slowdowns), on the exchange's thread, never the "
+        "training watch's or a worker's: the socket inodes of the agent and its workers, the "
+        "kernel's statistics of their TCP connections (sock_diag through `pyroute2`; the dump "
+        "holds every socket of the host, so the machine's other connections cost their share), "
+        "the interfaces they go out through (rtnetlink), the RDMA ports (sysfs, a laid-out tree: "
+        "this machine has no NIC), and the model's share; the store traffic is one value a "
+        "window per node (the size below at its bound of 64 peers, a few hundred bytes for a "
+        f"ring's few peers) and, on node 0, one `multi_get` of every node's (`{rel}`, as "
+        "printed by `python -m benchmarks.link_reads`):",
+        "",
+        *(line for line in files[-1].read_text().splitlines()),
+        "",
+    ]
 
 
 def _trace_sizes(ts: dict[str, Any]) -> list[str]:

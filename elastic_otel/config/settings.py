@@ -98,7 +98,7 @@ class Settings:
     """``ELASTIC_OTEL_STRAGGLER_WINDOW``: seconds per straggler window (0: no scores)."""
     straggler_score: float = DEFAULT_STRAGGLER_SCORE
     """``ELASTIC_OTEL_STRAGGLER_SCORE``: a straggler's score stays below this."""
-    slowdown_ratio: float = DEFAULT_SLOWDOWN_RATIO
+    slowdown: float = DEFAULT_SLOWDOWN_RATIO
     """``ELASTIC_OTEL_SLOWDOWN``: a lasting slowdown is this much slower (0: no reports)."""
     link_stats: bool = True
     """``ELASTIC_OTEL_LINK_STATS``: read TCP connection statistics and RDMA counters."""
@@ -153,7 +153,7 @@ class Settings:
             stall_after_s=env_float(ELASTIC_OTEL_STALL_AFTER, DEFAULT_STALL_AFTER_S),
             straggler_window_s=env_float(ELASTIC_OTEL_STRAGGLER_WINDOW, DEFAULT_STRAGGLER_WINDOW_S),
             straggler_score=env_float(ELASTIC_OTEL_STRAGGLER_SCORE, DEFAULT_STRAGGLER_SCORE),
-            slowdown_ratio=env_float(ELASTIC_OTEL_SLOWDOWN, DEFAULT_SLOWDOWN_RATIO),
+            slowdown=env_float(ELASTIC_OTEL_SLOWDOWN, DEFAULT_SLOWDOWN_RATIO),
             link_stats=env_flag(ELASTIC_OTEL_LINK_STATS, True),
             rdma_sysfs=os.environ.get(ELASTIC_OTEL_RDMA_SYSFS) or DEFAULT_RDMA_SYSFS,
             round_trace_max_nodes=env_int(

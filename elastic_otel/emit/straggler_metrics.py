@@ -7,6 +7,9 @@ torch's threads), by ``torchelastic.global_rank``, for the ranks of this node:
   issued after its earliest local peer.
 
 Each node reports its own ranks (:mod:`elastic_otel.model.stragglers`): a rank appears once.
+With slowdown reports on, ``torchelastic.slowdown.ratio`` (gauge, ``1``), by
+``torchelastic.slowdown.process_group``: the node's last interval between the group's
+collectives over the job's own baseline (:mod:`elastic_otel.model.slowdowns`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from elastic_otel.model.stragglers import RankScore
 from elastic_otel.names import attributes as A
+from elastic_otel.parsing.collectives import group_name
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -39,4 +43,20 @@ def observe(meter: Meter, read: Callable[[], list[RankScore]]) -> None:
         [lateness],
         "s",
         "Mean seconds per collective after the earliest local peer",
+    )
+
+
+def observe_slowdowns(meter: Meter, read: Callable[[], list[tuple[str, float]]]) -> None:
+    """Register ``torchelastic.slowdown.ratio`` on ``meter``; ``read`` returns each watched
+    process group's (key, ratio)."""
+    from opentelemetry.metrics import Observation
+
+    def ratio(_options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(r, {A.SLOWDOWN_PROCESS_GROUP: group_name(key)}) for key, r in read()]
+
+    meter.create_observable_gauge(
+        A.METRIC_SLOWDOWN_RATIO,
+        [ratio],
+        "1",
+        "Interval between a process group's collectives / the job's own baseline",
     )

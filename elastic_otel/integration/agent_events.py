@@ -25,6 +25,7 @@ from elastic_otel.integration.worker_output import WorkerOutput, last_output
 from elastic_otel.model.failures import classify
 from elastic_otel.model.goodput import Summary
 from elastic_otel.model.slow_nodes import SlowNode, slow_node_attributes
+from elastic_otel.model.slowdowns import Slowdown, slowdown_attributes
 from elastic_otel.model.stalls import (
     STALL_EVENT_NAME,
     STALL_STATE,
@@ -230,6 +231,36 @@ def report_slow_node(agent: Any, handler: OtelHandler, slow: SlowNode) -> None:
         send(handler, event, int(time.time() * 1000), attributes)
     except Exception:  # never the agent's problem
         _logger.debug("elastic-otel: slow node not reported", exc_info=True)
+
+
+def report_slowdown(
+    agent: Any, handler: OtelHandler, slowdown: Slowdown, evidence: RecordAttributes
+) -> None:
+    """A slowdown as a WARN ``torchelastic.slowdown`` record on the node's round (INFO once it
+    ended), with the node's own link ``evidence`` beside it."""
+    try:
+        from torch.distributed.elastic.events import EventSource
+
+        state = A.SLOWDOWN_ENDED_STATE if slowdown.ended else A.SLOWDOWN_STATE
+        event = construct(agent, state, EventSource.AGENT, None)
+        event.name = A.SLOWDOWN_EVENT_NAME
+        attributes: RecordAttributes = {**slowdown_attributes(slowdown), **evidence}
+        send(handler, event, int(time.time() * 1000), attributes)
+    except Exception:  # never the agent's problem
+        _logger.debug("elastic-otel: slowdown not reported", exc_info=True)
+
+
+def report_link(agent: Any, handler: OtelHandler, attributes: RecordAttributes) -> None:
+    """A slow link, node or NIC as a WARN ``torchelastic.link`` record on the node's round
+    (node 0's, which compares the nodes)."""
+    try:
+        from torch.distributed.elastic.events import EventSource
+
+        event = construct(agent, A.LINK_STATE, EventSource.AGENT, None)
+        event.name = A.LINK_EVENT_NAME
+        send(handler, event, int(time.time() * 1000), dict(attributes))
+    except Exception:  # never the agent's problem
+        _logger.debug("elastic-otel: slow link not reported", exc_info=True)
 
 
 def report_nccl_timing(

@@ -26,9 +26,11 @@ from elastic_otel.integration.agent_events import (
     RecordAttributes,
     RendezvousLiveness,
     report_goodput,
+    report_link,
     report_nccl_timing,
     report_outcomes,
     report_slow_node,
+    report_slowdown,
     report_stacks_and_stall,
     report_straggler,
     reports_to_handler,
@@ -46,6 +48,7 @@ from elastic_otel.model.agent_outcome import SIGNAL_EXCEPTION
 from elastic_otel.model.failures import WorkerEnd, root_cause
 from elastic_otel.model.goodput import Summary
 from elastic_otel.model.slow_nodes import SlowNode
+from elastic_otel.model.slowdowns import Slowdown
 from elastic_otel.model.stalls import TrainingStall
 from elastic_otel.model.stragglers import Straggler
 from elastic_otel.model.worker_outcomes import (
@@ -353,11 +356,24 @@ class AgentObserver:
         def slow_node_found(slow: SlowNode) -> None:
             report_slow_node(agent, handler, slow)
 
+        def link_found(attributes: dict[str, Any]) -> None:
+            report_link(agent, handler, attributes)
+
+        links_on = settings.link_stats and settings.slowdown > 0
         exchange = None
         if settings.straggler_window_s > 0:
             exchange = straggler_exchange.for_workers(
-                agent, worker_group, settings.straggler_score, slow_node_found
+                agent,
+                worker_group,
+                settings.straggler_score,
+                slow_node_found,
+                link_settings=settings if links_on else None,
+                report_link=link_found,
             )
+
+        def slowdown_found(slowdown: Slowdown) -> None:
+            evidence = exchange.local_evidence() if exchange is not None else {}
+            report_slowdown(agent, handler, slowdown, evidence)
 
         self.watch.watch(
             pcontext,
@@ -372,6 +388,8 @@ class AgentObserver:
             exchange,
             store=getattr(worker_group, "store", None) if settings.stall_exchange else None,
             report_timing=timing_decided,
+            slowdown_ratio=settings.slowdown,
+            report_slowdown=slowdown_found,
         )
 
 

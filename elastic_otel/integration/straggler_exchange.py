@@ -1,33 +1,45 @@
-"""The slow-node exchange: each node's time inside, through the agents' rendezvous store.
+"""The slow-node and slow-link exchange: each node's time inside and its links' statistics,
+through the agents' rendezvous store.
 
-Once per straggler window a node publishes one small value (:mod:`elastic_otel.model.slow_nodes`)
-under its own key, and node 0 of the round reads every node's key once (one ``multi_get``),
-compares them and reports a slow node. Store I/O runs on a daemon thread of its own, on a clone
-of the store with a short timeout: a cut link delays only this thread, never the training watch.
-Kept apart from the stall path's store exchange on purpose (the two may merge).
-Design: ``docs/hangs.md`` (Stragglers).
+Once per straggler window a node publishes small values under its own keys: its ranks' time
+inside (:mod:`elastic_otel.model.slow_nodes`) and, with link statistics on, what its TCP
+connections and RDMA ports showed over the window (:mod:`elastic_otel.model.links`, read here,
+off the training watch's thread). Node 0 of the round reads every node's keys once (one
+``multi_get`` each), compares them and reports a slow node, or, while a communication slowdown
+is under way, the slow link. Store I/O runs on a daemon thread of its own, on a clone of the
+store with a short timeout: a cut link delays only this thread, never the training watch. Kept
+apart from the stall path's store exchange on purpose (the two may merge).
+Design: ``docs/hangs.md`` (Stragglers; Slow links and slowdowns).
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+import socket
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from elastic_otel.integration.link_stats import LinkStats
+from elastic_otel.model import link_records, links
 from elastic_otel.model.slow_nodes import NodeInside, SlowNode, SlowNodeWatch, decode, encode
+
+if TYPE_CHECKING:
+    from elastic_otel.config.settings import Settings
 
 _logger = logging.getLogger("elastic_otel")
 
 PREFIX = "elastic_otel/slow_nodes"
 """Keys: ``<PREFIX>/<round>/<node rank>``, one per node, replaced each window."""
+LINKS_PREFIX = "elastic_otel/links"
+"""Keys of the nodes' link statistics: ``<LINKS_PREFIX>/<round>/<node rank>``."""
 STORE_TIMEOUT_S = 5.0
 """Longest wait of one store operation on the exchange's clone of the store."""
 
 
-def key(round_: int, node_rank: int) -> str:
-    return f"{PREFIX}/{round_}/{node_rank}"
+def key(round_: int, node_rank: int, prefix: str = PREFIX) -> str:
+    return f"{prefix}/{round_}/{node_rank}"
 
 
 class StragglerExchange:
@@ -41,6 +53,8 @@ class StragglerExchange:
         nodes: int,
         threshold: float,
         report: Callable[[SlowNode], None],
+        link_stats: LinkStats | None = None,
+        report_link: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.round = round_
         self.node_rank = node_rank
@@ -49,19 +63,35 @@ class StragglerExchange:
         self._report = report
         self._store = store
         self._pending: NodeInside | None = None
+        self._pids: list[int] = []
+        self._window = 0
+        self._communication = False  # a communication slowdown under way: name the link
+        self._link_stats = link_stats
+        self._link_watch = links.LinkWatch() if node_rank == 0 and link_stats else None
+        self._report_link = report_link
+        self._local: links.NodeLinks | None = None  # this node's last link statistics
+        self._links_seen: dict[int, int] = {}
         self._seen: dict[int, int] = {}  # node rank → the window of its value last compared
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def publish(self, value: NodeInside) -> None:
-        """Hand this window's value to the exchange thread (never blocks: a value not yet
-        sent is replaced by the newer one)."""
-        if self.nodes < 2 or self._closed:
+    def publish(
+        self,
+        value: NodeInside | None,
+        pids: list[int] | None = None,
+        window: int = 0,
+        communication: bool = False,
+    ) -> None:
+        """Hand this window's value (and the processes whose connections to read, the window's
+        number, whether a communication slowdown is under way) to the exchange thread (never
+        blocks: what is not yet sent is replaced by the newer)."""
+        if self.nodes < 2 or self._closed or (value is None and self._link_stats is None):
             return
         with self._lock:
             self._pending = value
+            self._pids, self._window, self._communication = pids or [], window, communication
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="elastic-otel-straggler-exchange", daemon=True
@@ -80,16 +110,47 @@ class StragglerExchange:
             self._wake.clear()
             with self._lock:
                 value, self._pending = self._pending, None
-            if value is None or self._closed:
+                pids, window, communication = self._pids, self._window, self._communication
+                self._pids = []
+            if self._closed or (value is None and not pids):
                 continue
             try:
                 if store is None:
                     store = _bounded(self._store)
-                store.set(key(self.round, self.node_rank), encode(value))
-                if self.watch is not None:
-                    self._compare(store)
+                if value is not None:
+                    store.set(key(self.round, self.node_rank), encode(value))
+                    if self.watch is not None:
+                        self._compare(store)
+                if self._link_stats is not None and pids:
+                    self._links(store, pids, window, communication)
             except Exception:  # a cut link, a store gone with its round: never the agent's
                 _logger.debug("elastic-otel: slow-node exchange failed", exc_info=True)
+
+    def local_evidence(self) -> dict[str, Any]:
+        """This node's own link evidence over its last window (empty: none read)."""
+        local = self._local
+        return dict(link_records.local_evidence(local)) if local is not None else {}
+
+    def _links(self, store: Any, pids: list[int], window: int, communication: bool) -> None:
+        """Read this node's links, publish them; on node 0, compare every node's."""
+        assert self._link_stats is not None
+        value = self._link_stats.read(pids, window)
+        if value is None:
+            return
+        self._local = value
+        store.set(key(self.round, self.node_rank, LINKS_PREFIX), links.encode(value))
+        if self._link_watch is None:
+            return
+        keys = [key(self.round, n, LINKS_PREFIX) for n in range(self.nodes)]
+        fresh = []
+        for data in _read(store, keys):
+            node = links.decode(data)
+            if node is not None and node.window != self._links_seen.get(node.node_rank):
+                self._links_seen[node.node_rank] = node.window
+                fresh.append(node)
+        report = self._link_watch.close_window(fresh)
+        if report is not None and communication and self._report_link and not self._closed:
+            self._report_link(dict(link_records.link_attributes(report)))
 
     def _compare(self, store: Any) -> None:
         """Read every node's value once; compare the fresh ones; report a slow node."""
@@ -130,17 +191,27 @@ def _read(store: Any, keys: list[str]) -> list[bytes]:
 
 
 def for_workers(
-    agent: Any, worker_group: Any, threshold: float, report: Callable[[SlowNode], None]
+    agent: Any,
+    worker_group: Any,
+    threshold: float,
+    report: Callable[[SlowNode], None],
+    link_settings: Settings | None = None,
+    report_link: Callable[[dict[str, Any]], None] | None = None,
 ) -> StragglerExchange | None:
     """The exchange for the round torch's agent just joined (``WorkerGroup.store`` and its
-    group rank, set by ``_rendezvous``); ``None`` for a one-node round or without a store."""
+    group rank, set by ``_rendezvous``); ``None`` for a one-node round or without a store.
+    With ``link_settings`` (where link statistics are on), it reads and compares the
+    nodes' links too and hands a slow link to ``report_link``."""
     store = getattr(worker_group, "store", None)
     node_rank = getattr(worker_group, "group_rank", None)
     nodes = getattr(worker_group, "group_world_size", None)
     if store is None or not isinstance(node_rank, int) or not isinstance(nodes, int) or nodes < 2:
         return None
+    stats = None
+    if link_settings is not None:
+        stats = LinkStats(node_rank, socket.gethostname(), link_settings.rdma_sysfs)
     return StragglerExchange(
-        store, _round(agent, worker_group), node_rank, nodes, threshold, report
+        store, _round(agent, worker_group), node_rank, nodes, threshold, report, stats, report_link
     )
 
 

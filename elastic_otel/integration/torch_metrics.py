@@ -240,6 +240,8 @@ class TorchMetrics:
                         goodput_metrics.observe(meter, self.goodput.points)
                     if self.settings.straggler_window_s > 0 and self.watch is not None:
                         straggler_metrics.observe(meter, self.watch.straggler_scores)
+                        if self.settings.slowdown > 0:
+                            straggler_metrics.observe_slowdowns(meter, self.watch.slowdown_ratios)
                 except Exception as e:  # the bridge's own counters stay in elastic_otel.stats()
                     _logger.warning("elastic-otel: bridge counters not reported as metrics: %s", e)
             original = torch_metrics_api.getStream

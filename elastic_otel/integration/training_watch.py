@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from elastic_otel.integration.stall_exchange import StallExchange
 from elastic_otel.model.slow_nodes import node_inside
+from elastic_otel.model.slowdowns import COMMUNICATION, GroupWindow, Slowdown, SlowdownWatch
 from elastic_otel.model.stalls import (
     STARTUP,
     RankProgress,
@@ -125,6 +126,12 @@ class _Group:
     report_timing: Callable[[WatchedWorker, NcclTiming], None] | None = None
     started_ns: int = 0  # when its workers started (the start-up watch's clock)
     timings: dict[int, NcclTiming] = field(default_factory=dict)  # rank → its decision said
+    slowdowns: SlowdownWatch | None = None
+    report_slowdown: Callable[[Slowdown], None] | None = None
+    shares: dict[int, dict[str, float]] = field(default_factory=dict)
+    """Rank → group key → its share of time with a collective open, over its last window read
+    (the workers' windows and the agent's are not in step: the latest stands until replaced)."""
+    communication: bool = False  # a slowdown of the time inside is under way (names the link)
 
 
 class TrainingWatch:
@@ -155,6 +162,8 @@ class TrainingWatch:
         exchange: StragglerExchange | None = None,
         store: Any = None,
         report_timing: Callable[[WatchedWorker, NcclTiming], None] | None = None,
+        slowdown_ratio: float = 0.0,
+        report_slowdown: Callable[[Slowdown], None] | None = None,
     ) -> None:
         """Watch the workers torch just started in ``pcontext`` (until it is closed);
         ``observe(now_ns, records)`` is given each reading (the goodput accounting's stalls);
@@ -162,7 +171,8 @@ class TrainingWatch:
         to ``report_straggler``, and each window's device times to the slow-node ``exchange``;
         with the round's ``store``, a training stall is shared with the other nodes
         (:mod:`elastic_otel.integration.stall_exchange`); each worker's NCCL timing decision,
-        once made, goes to ``report_timing``."""
+        once made, goes to ``report_timing``; with a ``slowdown_ratio``, each window's pace
+        goes to the slowdown watch too, and a slowdown (or its end) to ``report_slowdown``."""
         if after_s <= 0 or not workers:
             return
         for worker in workers:
@@ -181,6 +191,9 @@ class TrainingWatch:
                 group.window_ns = int(straggler_window_s * 1e9)
                 group.window_start_ns = time.time_ns()
                 group.exchange = exchange
+                if slowdown_ratio > 0:
+                    group.slowdowns = SlowdownWatch(slowdown_ratio)
+                    group.report_slowdown = report_slowdown
             if self._thread is None:
                 # The workers leave their arrivals once per window: look at least twice as
                 # often, so that none is replaced unread.
@@ -216,6 +229,12 @@ class TrainingWatch:
         with self._lock:
             groups = list(self._groups.values())
         return [s for g in groups if g.stragglers for s in g.stragglers.scores.values()]
+
+    def slowdown_ratios(self) -> list[tuple[str, float]]:
+        """Each watched process group's last interval against its baseline (the gauge)."""
+        with self._lock:
+            groups = list(self._groups.values())
+        return [r for g in groups if g.slowdowns for r in g.slowdowns.ratios.items()]
 
     def _run(self, period: float) -> None:
         while True:
@@ -253,11 +272,15 @@ class TrainingWatch:
                 group.stragglers.observe(
                     worker.global_rank, collectives.arrivals, members, collectives.durations
                 )
+                group.shares[worker.global_rank] = {
+                    key: opened / samples for key, opened, samples in collectives.open_share
+                }
         if group.stragglers is not None and now_ns - group.window_start_ns >= group.window_ns:
             group.window_start_ns = now_ns
             straggler = group.stragglers.close_window(w.global_rank for w in group.workers)
             if straggler is not None and group.report_straggler is not None and not group.done:
                 group.report_straggler(straggler)
+            self._close_slowdowns(group)
             self._publish_inside(group)
         if group.observe is not None:
             group.observe(now_ns, [group.seen[r.global_rank] for r in ranks])
@@ -301,8 +324,29 @@ class TrainingWatch:
             group.report_timing(worker, timing)
 
     @staticmethod
+    def _close_slowdowns(group: _Group) -> None:
+        """Hand each process group's window to the slowdown watch; report what is due."""
+        watch, stragglers = group.slowdowns, group.stragglers
+        if watch is None or stragglers is None:
+            return
+        keys = set(stragglers.earliest) | set(watch.ratios) | set(watch.under_way)
+        for key in sorted(keys):
+            timed = stragglers.inside.get(key)
+            window = GroupWindow(
+                key,
+                stragglers.earliest.get(key, ()),
+                {r: ns / 1e9 for r, ns in timed.mean_ns.items()} if timed else {},
+                {r: shares[key] for r, shares in group.shares.items() if key in shares},
+            )
+            slowdown = watch.close(window)
+            if slowdown is not None and group.report_slowdown is not None and not group.done:
+                group.report_slowdown(slowdown)
+                group.communication = slowdown.part == COMMUNICATION and not slowdown.ended
+
+    @staticmethod
     def _publish_inside(group: _Group) -> None:
-        """Hand the window's device times to the slow-node exchange (it never blocks)."""
+        """Hand the window's device times (and the pids whose connections tell the node's
+        links) to the slow-node exchange (it never blocks)."""
         if group.exchange is None or group.stragglers is None or group.done:
             return
         group.windows_closed += 1
@@ -314,8 +358,8 @@ class TrainingWatch:
             group.windows_closed,
             group.stragglers.inside,
         )
-        if value is not None:
-            group.exchange.publish(value)
+        pids = [os.getpid(), *(w.pid for w in group.workers)]
+        group.exchange.publish(value, pids, group.windows_closed, group.communication)
 
     def _take_stacks(self, group: _Group, reason: str, stall: TrainingStall | None) -> None:
         """Signal every worker that armed the stack signal and ask every one that reads its

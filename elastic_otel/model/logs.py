@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from elastic_otel.model.goodput import describe_summary
+from elastic_otel.model.link_records import describe_link
 from elastic_otel.model.slow_nodes import describe_slow_node
+from elastic_otel.model.slowdowns import describe_slowdown
 from elastic_otel.model.stalls import (
     STALL_EVENT_NAME,
     STALL_STATE,
@@ -55,6 +57,8 @@ def severity(event: ElasticEvent) -> tuple[int, str]:
         WorkerState.PEER_FAILED,
         STALL_STATE,
         STRAGGLER_STATE,
+        A.SLOWDOWN_STATE,
+        A.LINK_STATE,
     ):
         return SEVERITY_WARN
     return SEVERITY_INFO
@@ -101,6 +105,10 @@ def body(event: ElasticEvent) -> str:
         return describe_slow_node(event.attributes)  # a slow node, compared between nodes
     if event.name == STRAGGLER_EVENT_NAME:
         return describe_straggler(event.attributes)
+    if event.name == A.LINK_EVENT_NAME:
+        return describe_link(event.attributes)
+    if event.name == A.SLOWDOWN_EVENT_NAME:
+        return describe_slowdown(event.attributes, event.state == A.SLOWDOWN_ENDED_STATE)
     if event.name == NCCL_TIMING_EVENT:
         return "NCCL timing " + describe_nccl_timing(event.attributes)
     return event.body

@@ -207,9 +207,10 @@ class SlowdownWatch:
         group.base_interval = statistics.median(m.interval_s for m in group.baseline)
         logs = [math.log(m.interval_s / group.base_interval) for m in group.baseline]
         group.base_spread = 1.4826 * statistics.median(abs(v) for v in logs)
-        ranks = set.intersection(*(set(m.inside) for m in group.baseline))
+        ranks = {r for m in group.baseline for r in m.inside}
         group.base_inside = {
-            r: statistics.median(m.inside[r] for m in group.baseline) for r in ranks
+            r: statistics.median(m.inside[r] for m in group.baseline if r in m.inside)
+            for r in ranks
         }
 
     def _step(self, group: _Group, name: str, measure: _Measure) -> Slowdown | None:
@@ -290,12 +291,14 @@ class SlowdownWatch:
     ) -> tuple[float | None, float | None, str, bool | None, str]:
         """Time inside before and now (mean over the local ranks), the part that grew, whether
         every rank's time inside grew alike, and how it was measured."""
-        measures = group.since or []
-        ranks = [r for r in group.base_inside if all(r in m.inside for m in measures)]
-        if not ranks or not measures:
+        measures = [m for m in group.since if m.inside]
+        ranks = [r for r in group.base_inside if any(r in m.inside for m in measures)]
+        if not ranks:
             return None, None, UNKNOWN, None, ""
-        weight = sum(m.count for m in measures)
-        now = {r: sum(m.inside[r] * m.count for m in measures) / weight for r in ranks}
+        now = {}
+        for r in ranks:
+            held = [m for m in measures if r in m.inside]
+            now[r] = sum(m.inside[r] * m.count for m in held) / sum(m.count for m in held)
         before_mean = statistics.fmean(group.base_inside[r] for r in ranks)
         now_mean = statistics.fmean(now.values())
         grew_inside = now_mean - before_mean

@@ -107,7 +107,7 @@ class CollectivesWatch:
         self.arrivals: dict[str, list[tuple[int, int]]] = {}
         self.durations: dict[str, list[tuple[int, int]]] = {}
         self.open_share: dict[str, tuple[int, int]] = {}  # per group key, the last window's
-        self._samples: dict[str, list[int]] = {}  # per group key: [samples open, samples]
+        self._samples = OpenSamples()
         self._last_poll_ns = 0
         self._last_seq: dict[str, int] = {}  # per group key: the newest arrival already left
         self._last_done: dict[str, int] = {}  # per group key: the newest duration already left
@@ -136,15 +136,7 @@ class CollectivesWatch:
         """Count, per group, whether a collective is open now (between polls)."""
         if self.records is not None and self.window_ns > 0:
             for record in self.records:
-                self._count(record.backend, record.status())
-
-    def _count(self, backend: str, pg_status: dict[str, Any]) -> None:
-        for name, st in pg_status.items():
-            issued = int(st.get("last_enqueued_collective", -1))
-            completed = int(st.get("last_completed_collective", -1))
-            counts = self._samples.setdefault(group_key(name, backend), [0, 0])
-            counts[0] += issued > completed
-            counts[1] += 1
+                self._samples.count(record.backend, record.status())
 
     def poll(self, now_ns: int, dump: bool = False) -> None:
         """Read every group's status in every record; identify collectives open long enough;
@@ -160,7 +152,7 @@ class CollectivesWatch:
         for record in self.records:
             status = record.status()
             if self.window_ns > 0:
-                self._count(record.backend, status)
+                self._samples.count(record.backend, status)
             changed |= self._update(record.backend, status, now_ns)
         if changed:
             self.progress_ns = now_ns
@@ -305,8 +297,7 @@ class CollectivesWatch:
                 del pairs[:-MAX_ARRIVALS]
                 last[key] = pairs[-1][0]
         self.arrivals, self.durations = arrivals, durations
-        self.open_share = {k: (c[0], c[1]) for k, c in self._samples.items() if c[1]}
-        self._samples = {}
+        self.open_share = self._samples.take()
 
     def _dump(self, wholes: dict[str, dict[str, Any]]) -> None:
         """torch's own pickle of each record read, for ``torchfrtrace``: the first record with
@@ -384,6 +375,27 @@ class CollectivesWatch:
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
+
+
+class OpenSamples:
+    """Per group key, of the status reads sampled, how many found a collective open: the share
+    of the window the rank spent inside the group's collectives."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, list[int]] = {}  # key → [samples open, samples]
+
+    def count(self, backend: str, pg_status: dict[str, Any]) -> None:
+        for name, st in pg_status.items():
+            issued = int(st.get("last_enqueued_collective", -1))
+            completed = int(st.get("last_completed_collective", -1))
+            counts = self._counts.setdefault(group_key(name, backend), [0, 0])
+            counts[0] += issued > completed
+            counts[1] += 1
+
+    def take(self) -> dict[str, tuple[int, int]]:
+        """The counts since the last take, and a fresh start."""
+        counts, self._counts = self._counts, {}
+        return {key: (c[0], c[1]) for key, c in counts.items() if c[1]}
 
 
 def _enable_timing(name: str) -> bool:
