@@ -695,11 +695,13 @@ def test_dashboard_covers_rounds_latency_failures_restarts():
 
 
 def _prometheus_name(name: str, kind: str, unit: str) -> str:
-    """What the collector's prometheusremotewrite exporter names an OTel metric (suffixes on)."""
+    """What the collector's prometheusremotewrite exporter names an OTel metric (suffixes on).
+    A gauge of unit ``1`` ends with ``ratio`` once: the translator drops the name's own
+    ``ratio`` token before it appends one (``torchelastic.slowdown.ratio``)."""
     out = re.sub(r"[^a-zA-Z0-9_:]", "_", name)
-    out += {"ms": "_milliseconds", "s": "_seconds", "1": "_ratio" if kind == "gauge" else ""}.get(
-        unit, ""
-    )
+    if unit == "1" and kind == "gauge":
+        return "_".join([token for token in out.split("_") if token != "ratio"] + ["ratio"])
+    out += {"ms": "_milliseconds", "s": "_seconds"}.get(unit, "")
     return out + {"counter": "_total", "histogram": "_bucket"}.get(kind, "")
 
 
@@ -739,6 +741,7 @@ def test_dashboard_metric_names_are_the_ones_the_bridge_exports():
 ALERTING_DIR = GRAFANA_DIR / "provisioning" / "alerting"
 ALERTING_FILE = ALERTING_DIR / "torchelastic-stalls.yaml"
 STRAGGLER_ALERTING_FILE = ALERTING_DIR / "torchelastic-stragglers.yaml"
+SLOWDOWN_ALERTING_FILE = ALERTING_DIR / "torchelastic-slowdowns.yaml"
 EXPRESSIONS_UID = "__expr__"  # Grafana's server-side expressions (reduce, threshold, math)
 
 
@@ -792,14 +795,14 @@ def test_alert_rules_are_provisioned():
     targets = {target: source for source, target in bind_mounts(_grafana_services()["grafana"])}
     mounted = (GRAFANA_DIR / targets["/etc/grafana/provisioning/alerting"]).resolve()
     assert mounted == ALERTING_DIR.resolve() and ALERTING_FILE.is_file()
-    assert STRAGGLER_ALERTING_FILE.is_file()
+    assert STRAGGLER_ALERTING_FILE.is_file() and SLOWDOWN_ALERTING_FILE.is_file()
     uids = _datasource_uids()
-    stragglers = _alert_rules(STRAGGLER_ALERTING_FILE)
-    rules = _alert_rules() + stragglers
+    lasting = _alert_rules(STRAGGLER_ALERTING_FILE) + _alert_rules(SLOWDOWN_ALERTING_FILE)
+    rules = _alert_rules() + lasting
     assert len({r["uid"] for r in rules}) == len(rules), "duplicate rule uid"
     for rule in rules:
         assert re.fullmatch(r"[a-zA-Z0-9_-]{1,40}", rule["uid"]), rule["uid"]
-        assert rule["title"] and rule["for"] == ("2m" if rule in stragglers else "1m")
+        assert rule["title"] and rule["for"] == ("2m" if rule in lasting else "1m")
         assert rule["noDataState"] in {"OK", "NoData", "Alerting", "KeepLast"}
         assert rule["execErrState"] in {"OK", "Error", "Alerting", "KeepLast"}
         refs = [q["refId"] for q in rule["data"]]
@@ -808,7 +811,10 @@ def test_alert_rules_are_provisioned():
             uid = query["datasourceUid"]
             assert uid == EXPRESSIONS_UID or uid in uids, f"{rule['uid']}: datasource {uid!r}"
             assert query["model"]["refId"] == query["refId"]
-            if uid == EXPRESSIONS_UID:
+            if uid == EXPRESSIONS_UID and query["model"]["type"] == "math":  # "$B >= 1.3"
+                used = re.findall(r"\$\{?([A-Za-z]\w*)", query["model"]["expression"])
+                assert used and set(used) <= set(refs), query["model"]["expression"]
+            elif uid == EXPRESSIONS_UID:
                 assert query["model"]["expression"] in refs
             else:
                 assert query["relativeTimeRange"]["from"] > 0
@@ -963,6 +969,101 @@ def test_dashboard_shows_the_straggler_score_by_rank_with_the_threshold():
     assert "line" in defaults["custom"]["thresholdsStyle"]["mode"]
     steps = [step["value"] for step in defaults["thresholds"]["steps"]]
     assert steps == [None, DEFAULT_STRAGGLER_SCORE]
+
+
+def _slowdown_ratio_metric() -> tuple[str, str]:
+    """The slowdown gauge's Prometheus name and its process group label, from the gauge the
+    bridge registers (``elastic_otel.emit.straggler_metrics.observe_slowdowns``)."""
+    from opentelemetry.metrics import CallbackOptions
+
+    from elastic_otel.emit import straggler_metrics
+
+    gauges = []
+
+    class Meter:
+        def create_observable_gauge(self, name, callbacks, unit, description):
+            gauges.append((name, callbacks, unit))
+
+    straggler_metrics.observe_slowdowns(Meter(), lambda: [("nccl:0", 1.9)])
+    [(name, [callback], unit)] = gauges
+    [observation] = callback(CallbackOptions())
+    assert observation.value == 1.9
+    assert (name, unit) == (A.METRIC_SLOWDOWN_RATIO, "1")
+    assert dict(observation.attributes) == {A.SLOWDOWN_PROCESS_GROUP: "0"}
+    metric = _prometheus_name(name, "gauge", unit)
+    assert metric == "torchelastic_slowdown_ratio"
+    return metric, _label(A.SLOWDOWN_PROCESS_GROUP)
+
+
+def test_slowdown_rule_fires_on_the_ratio_gauge_at_the_threshold():
+    """The rule watches ``torchelastic.slowdown.ratio`` per node and process group, firing at
+    the bridge's default slowdown ratio or above for 2 minutes."""
+    from elastic_otel.names.environment_variables import DEFAULT_SLOWDOWN_RATIO
+
+    metric, group = _slowdown_ratio_metric()
+    [rule] = _alert_rules(SLOWDOWN_ALERTING_FILE)
+    [expr] = _prometheus_queries(rule)
+    assert re.search(rf"\b{metric}\b", expr), expr
+    [kept] = re.findall(r"by \(([^)]*)\)", expr)
+    assert {group, "host_name", "instance"} <= {label.strip() for label in kept.split(",")}
+    [condition] = [q["model"] for q in rule["data"] if q["refId"] == rule["condition"]]
+    [reduced] = [q["model"] for q in rule["data"] if q["model"].get("type") == "reduce"]
+    assert condition["type"] == "math"
+    assert condition["expression"] == f"${reduced['refId']} >= {DEFAULT_SLOWDOWN_RATIO}"
+    assert rule["for"] == "2m"
+
+
+def test_slowdown_annotations_link_to_the_slowdown_and_link_records():
+    """The annotations use only labels the query keeps and point at the Loki records that date
+    the slowdown and name the link."""
+    from urllib.parse import parse_qs
+
+    uids = _datasource_uids()
+    [rule] = _alert_rules(SLOWDOWN_ALERTING_FILE)
+    notes = rule["annotations"]
+    [expr] = _prometheus_queries(rule)
+    [kept] = re.findall(r"by \(([^)]*)\)", expr)
+    labels = {label.strip() for label in kept.split(",")}
+    for text in notes.values():
+        assert "${" not in text and text.count("{{") == text.count("}}")
+        for label in re.findall(r"\$labels\.(\w+)", text):
+            assert label in labels, label
+    for name in (A.SLOWDOWN_EVENT_NAME, A.LINK_EVENT_NAME):
+        assert f'{_label(A.EVENT_NAME)}="{name}"' in notes["slowdowns_query"]
+    assert f'{_label(A.EVENT_NAME)}="{A.SLOWDOWN_EVENT_NAME}"' in notes["node_reports_query"]
+    assert "$labels.instance" in notes["node_reports_query"]
+    url = urlsplit(notes["logs_url"])
+    assert (url.hostname, url.port, url.path) == ("localhost", 3000, "/explore")
+    [pane] = json.loads(parse_qs(url.query)["panes"][0]).values()
+    [query] = pane["queries"]
+    assert uids[query["datasource"]["uid"]] == "loki" == query["datasource"]["type"]
+    assert query["expr"] == notes["slowdowns_query"]
+    for key in (A.SLOWDOWN_PART, A.SLOWDOWN_LOST, A.LINK_NODES):
+        assert _label(key) in notes["description"], key
+
+
+def test_dashboard_shows_the_slowdown_ratio_and_the_records():
+    """A panel of the ratio by process group and node with the threshold line, and the Loki
+    records of slowdowns and links below it."""
+    from elastic_otel.names.environment_variables import DEFAULT_SLOWDOWN_RATIO
+
+    metric, group = _slowdown_ratio_metric()
+    panels = [p for p in all_panels(_dashboard()["panels"]) if p["type"] != "row"]
+    [panel] = [p for p in panels if p["title"].startswith("Slowdowns")]
+    [target] = panel["targets"]
+    assert re.search(rf"\b{metric}\b", target["expr"]), target["expr"]
+    assert re.search(rf"by \([^)]*\b{group}\b[^)]*\)", target["expr"])
+    assert re.search(r"by \([^)]*\bhost_name\b", target["expr"])
+    assert group in target["legendFormat"] and "host_name" in target["legendFormat"]
+    defaults = panel["fieldConfig"]["defaults"]
+    assert "line" in defaults["custom"]["thresholdsStyle"]["mode"]
+    steps = [step["value"] for step in defaults["thresholds"]["steps"]]
+    assert steps == [None, DEFAULT_SLOWDOWN_RATIO]
+    [logs] = [p for p in panels if p["type"] == "logs" and "link" in p["title"]]
+    [query] = logs["targets"]
+    assert _datasource_uids()[logs["datasource"]["uid"]] == "loki"
+    for name in (A.SLOWDOWN_EVENT_NAME, A.LINK_EVENT_NAME):
+        assert f'{_label(A.EVENT_NAME)}="{name}"' in query["expr"]
 
 
 # --------------------------------------------------------------------------- README

@@ -49,7 +49,8 @@ class Job(RecordedJob):
         super().__init__(RUN, T0)
 
     def stall(self, node: str, at_ms: int, seconds: float, **kw: Any) -> None:
-        """One training stall report on the node's ``rendezvous.member`` span."""
+        """One training stall report on the node's ``rendezvous.member`` span (a fact given as
+        ``None``: left out)."""
         facts = {
             A.STALLED_IN: TRAINING,
             A.STALLED_SECONDS: seconds,
@@ -58,6 +59,7 @@ class Job(RecordedJob):
             "state": STALL_STATE,
             **kw,
         }
+        facts = {k: v for k, v in facts.items() if v is not None}
         self.log(node, STALL_EVENT_NAME, at_ms, self.members[node], **facts)
 
     def stacks(self, node: str, at_ms: int, reason: str, frames: dict[int, str]) -> None:
@@ -393,3 +395,83 @@ def test_a_rank_named_by_another_node_is_on_its_own_node(tmp_path: Path) -> None
         assert (1, "node-a pid 100", HANG, True) in stall.frames()
         text = render_text(timeline)
         assert "waiting for global rank 1 on node-a pid 100 (in hang at train.py:18)" in text
+
+
+# --- start-up, and a job ended by a signal (issue 46) -----------------------------------------
+
+SIGTERM = "torch.distributed.elastic.multiprocessing.api.SignalException"
+
+
+def startup_job() -> Job:
+    """node-b's ranks 2, 3 never reach ``init_process_group`` (a checkpoint load on a hung
+    mount); node-a's ranks 0, 1 wait inside it and name them through the round's store, as
+    ``tests/multinode/test_startup_hangs.py`` has it. SIGTERM ends both agents at 24 s."""
+    job = round_0()
+    startup = {A.STALLED_PHASE: "startup", A.STALLED_COLLECTIVE: "init_process_group",
+               A.STALLED_COLLECTIVE_NUMBER: None}  # fmt: skip
+    frame = {A.STACK_FRAME: "stuck_loading_checkpoint at ddp_train.py:40"}
+    for at, seconds in ((8_000, 6.5), (23_000, 21.5)):
+        job.stall("a", at, seconds, **ranks((2, 3), (0, 1)), **startup, **frame,
+                  **{A.STALLED_REMOTE_HOST: "node-b", A.STALLED_REMOTE_PIDS: [200]})  # fmt: skip
+        job.stall("b", at + 100, seconds, **ranks((2, 3), ()), **startup, **frame)
+    for node, pid, at in (("a", 100, 24_000), ("b", 200, 24_008)):
+        job.log(node, "torchelastic.worker.status.FAILED", at, job.members[node], state="FAILED",
+                **{A.EVENT_SOURCE: "AGENT", A.EXCEPTION_TYPE: SIGTERM,
+                   A.EXCEPTION_MESSAGE: f"Process {pid} got signal: 15"})  # fmt: skip
+    return job
+
+
+def test_a_stall_in_init_process_group_reads_as_start_up(tmp_path: Path) -> None:
+    """It said "(training)": the reports' ``torchelastic.stalled.phase`` says start-up."""
+    timeline = load(tmp_path, startup_job())
+    [stall] = timeline.rounds[0].stalls
+    assert (stall.kind, stall.phase) == (TRAINING, "startup")
+    text = render_text(timeline)
+    assert (
+        "  STALLED 22 s in init_process_group (start-up): waiting for global ranks 2 on node-b pid"
+        " 200 (in stuck_loading_checkpoint at ddp_train.py:40), 3 on node-b pid 200; global ranks"
+        " 0, 1 (node-a pid 100) wait in it · from +1.500s"
+    ) in text, text
+    assert "(training)" not in text
+    page = render_html(timeline)
+    assert "<caption>Stalls · run job-20 · 1 in start-up, longest 22 s</caption>" in page
+    assert '<div class="facts">start-up · last reported at +23.100s</div>' in page
+    # A stall once training began still says so.
+    assert "STALLED 62 s in all_reduce #4 (training)" in render_text(load(tmp_path, hung_job()))
+    # Ranks before the job's first collective, in none: in start-up, not "in training".
+    job = round_0()
+    before = {A.STALLED_PHASE: "startup", A.STALLED_COLLECTIVE: None}
+    job.stall("b", 8_000, 6.5, **ranks((), ()), **before, **{A.STALLED_COLLECTIVE_NUMBER: None})
+    (tmp_path / "first").mkdir()
+    text = render_text(load(tmp_path / "first", job))
+    assert "  STALLED in start-up: " not in text and "  STALLED 6 s in start-up: " in text, text
+
+
+def test_errors_list_a_record_delivered_twice_once(tmp_path: Path) -> None:
+    """Delivery is at least once: node-a's FAILED record sent again (its answer lost, or sent
+    again by the exit path) is in the export twice, alike in every field. ERRORS listed it
+    twice; it is one error. node-b's FAILED, the same words but another process, stays."""
+    path = tmp_path / "job.jsonl"
+    startup_job().write(path)
+    lines = path.read_text().splitlines(keepends=True)
+    [again] = [line for line in lines if "Process 100 got signal: 15" in line]
+    path.write_text("".join(lines) + again)
+    text = render_text(build_timeline(*read_otlp_json(path)))
+    errors = text.split("\nERRORS\n")[1].splitlines()
+    assert errors == [
+        f"  +24.000s  node-a pid 100 agent: FAILED: {SIGTERM}: Process 100 got signal: 15",
+        f"  +24.008s  node-b pid 200 agent: FAILED: {SIGTERM}: Process 200 got signal: 15",
+    ], errors
+    # The stall reports of that export are each read once too.
+    [stall] = build_timeline(*read_otlp_json(path)).rounds[0].stalls
+    assert [r.node for r in stall.reports] == ["node-a pid 100", "node-b pid 200"]
+
+
+def test_a_second_error_of_the_same_words_is_listed(tmp_path: Path) -> None:
+    """Two records of one process with the same text at two times are two errors."""
+    job = startup_job()
+    job.log("a", "torchelastic.worker.status.FAILED", 25_000, job.members["a"], state="FAILED",
+            **{A.EVENT_SOURCE: "AGENT", A.EXCEPTION_TYPE: SIGTERM,
+               A.EXCEPTION_MESSAGE: "Process 100 got signal: 15"})  # fmt: skip
+    text = render_text(load(tmp_path, job))
+    assert text.count("node-a pid 100 agent: FAILED:") == 2, text

@@ -1,7 +1,8 @@
 """A job's :class:`~elastic_otel.cli.timeline.analysis.timeline.Timeline` from its exported
 spans and logs: the rounds and node rows (:mod:`.rounds`), each round's failure, stalls,
-stragglers and lost progress, the per-run summaries (:mod:`.runs`), the goodput records and the
-error log records, each joined to its round and node.
+stragglers, slowdowns, slow links and lost progress, the per-run summaries (:mod:`.runs`), the
+goodput records and the error log records, each joined to its round and node. A record the
+backend holds twice (delivery is at least once) is read once.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from elastic_otel.cli.timeline.analysis.failures import Failure
 from elastic_otel.cli.timeline.analysis.goodput import goodput_records
 from elastic_otel.cli.timeline.analysis.items import (
     Item,
+    distinct,
     instance_id,
     source_event_name,
     with_last_words,
@@ -20,6 +22,7 @@ from elastic_otel.cli.timeline.analysis.items import (
 from elastic_otel.cli.timeline.analysis.lost import lost_spans
 from elastic_otel.cli.timeline.analysis.rounds import ROW_SPANS, RoundBuilder
 from elastic_otel.cli.timeline.analysis.runs import RunSummary, summarize
+from elastic_otel.cli.timeline.analysis.slowdowns import LinkFinding, Slowdown, links, slowdowns
 from elastic_otel.cli.timeline.analysis.stalls import Stall, stalled_root, stalls
 from elastic_otel.cli.timeline.analysis.stragglers import StragglerSpell, stragglers
 from elastic_otel.cli.timeline.analysis.timeline import ErrorNote, LostProgress, Round, Timeline
@@ -33,7 +36,7 @@ _ERROR_SEVERITY = 17
 def build_timeline(spans: Iterable[Item], logs: Iterable[Item] = ()) -> Timeline:
     """Group spans and logs by round and node (as
     :func:`~elastic_otel.cli.otlp_json_reader.read_otlp_json` returns them)."""
-    spans, logs = in_round_traces(list(spans), list(logs))
+    spans, logs = in_round_traces(distinct(spans), distinct(logs))
     spans += lost_spans(spans, logs)
     spans = with_last_words(with_logged_exceptions(spans, logs), logs)
     spans = [_with_resource_identity(s) for s in spans]
@@ -153,7 +156,8 @@ def _add_stalls_and_stragglers(
     rounds: list[Round],
     runs: list[RunSummary],
 ) -> None:
-    """Join the stall and straggler reports per round and hand each to its round and its run.
+    """Join the stall, straggler, slowdown and link reports per round and hand each to its round
+    and its run.
     A report is on its node's span; without one (no rendezvous spans) its process names it."""
     by_instance = {
         instance_id(s): builder.span_node[s["span_id"]]
@@ -176,9 +180,11 @@ def _add_stalls_and_stragglers(
 
     by_run = {run.run_id: run for run in runs}
     shown = {id(rnd) for rnd in rounds}
-    found: dict[str, list[Stall] | list[StragglerSpell]] = {
+    found: dict[str, list[Stall] | list[StragglerSpell] | list[Slowdown] | list[LinkFinding]] = {
         "stalls": stalls(logs, node_of, numbers, nodes),
         "stragglers": stragglers(logs, node_of, numbers, nodes),
+        "slowdowns": slowdowns(logs, node_of, numbers, nodes),
+        "links": links(logs, node_of, numbers),
     }
     for field_name, reports in found.items():  # each on its round (when shown) and its run
         for report in reports:

@@ -5,6 +5,7 @@ error), and the two ways an exception or a worker's last words reach a span from
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,6 +42,22 @@ def as_ranks(value: Any) -> tuple[int, ...]:
     else:
         ranks = (as_int(part.strip()) for part in str(value or "").split(","))
     return tuple(sorted({r for r in ranks if r is not None}))
+
+
+def distinct(items: Iterable[Item]) -> list[Item]:
+    """``items`` in order, each record once. Delivery is at least once (``docs/guarantees.md``):
+    a batch whose answer was lost, or one still under way when the exit path sent the backlog,
+    is sent again, and the backend or file then holds its records twice, alike in every field
+    (their times to the nanosecond, their attributes, their process). Only such copies go: a
+    second record of the same error, from another process or at another time, differs."""
+    seen: set[str] = set()
+    out = []
+    for item in items:
+        key = json.dumps(item, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
 
 
 def rank_key(rank: int | None) -> int:

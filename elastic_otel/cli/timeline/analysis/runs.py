@@ -13,6 +13,7 @@ from typing import Any
 
 from elastic_otel.cli.timeline.analysis.failures import Failure, failures
 from elastic_otel.cli.timeline.analysis.items import Item, instance_id, node_label, union_ns
+from elastic_otel.cli.timeline.analysis.slowdowns import LinkFinding, Slowdown
 from elastic_otel.cli.timeline.analysis.stalls import Stall
 from elastic_otel.cli.timeline.analysis.stragglers import StragglerSpell
 from elastic_otel.model.stalls import TRAINING
@@ -97,7 +98,8 @@ class RunSummary:
       the failure it noticed it;
     * **hold-ups**: per round with several nodes, the last node to join and how long after the
       node before it: the time the others waited for it alone;
-    * **stalls** and **stragglers**, from the logs (:mod:`.stalls`, :mod:`.stragglers`), which
+    * **stalls**, **stragglers**, **slowdowns** and slow **links**, from the logs
+      (:mod:`.stalls`, :mod:`.stragglers`, :mod:`.slowdowns`), which
       :func:`~elastic_otel.cli.timeline.analysis.build.build_timeline` adds.
     """
 
@@ -112,6 +114,8 @@ class RunSummary:
     job_failed: bool = False  # an agent.run of the run ended FAILED
     stalls: list[Stall] = field(default_factory=list)  # training stalls and agents' waits
     stragglers: list[StragglerSpell] = field(default_factory=list)
+    slowdowns: list[Slowdown] = field(default_factory=list)
+    links: list[LinkFinding] = field(default_factory=list)
 
     @property
     def wall_ns(self) -> int:

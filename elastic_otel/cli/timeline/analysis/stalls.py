@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from elastic_otel.cli.timeline.analysis.failures import StalledRank
 from elastic_otel.cli.timeline.analysis.items import Item, as_int, as_ranks, node_name
-from elastic_otel.model.stalls import STALL_EVENT_NAME, TRAINING
+from elastic_otel.model.stalls import STALL_EVENT_NAME, STARTUP, TRAINING
 from elastic_otel.names import attributes as A
 from elastic_otel.names.torch_names import WORKER_STACKS_EVENT
 
@@ -34,6 +34,7 @@ class StallReport:
     silent: str = ""  # the round's nodes whose rendezvous keep-alives it saw stop
     silent_self: bool = False  # the silent node is itself: it reached no rendezvous store
     remote_node: str = ""  # the node of ``waited_for`` when other nodes named them (its label)
+    phase: str = ""  # torchelastic.stalled.phase: STARTUP before training began
 
     @property
     def start_ns(self) -> int:
@@ -71,6 +72,14 @@ class Stall:
     @property
     def start_ns(self) -> int:
         return min(r.start_ns for r in self.reports)
+
+    @property
+    def phase(self) -> str:
+        """STARTUP for a training stall before training began (any node said so: in
+        ``init_process_group`` or before the first collective), else its kind."""
+        if self.kind == TRAINING and any(r.phase == STARTUP for r in self.reports):
+            return STARTUP
+        return self.kind
 
     @property
     def end_ns(self) -> int:
@@ -211,6 +220,7 @@ def _stall_report(record: Item, node_of: Callable[[Item], str]) -> StallReport |
         silent=str(attrs.get(A.STALLED_SILENT_NODES, "") or ""),
         silent_self=attrs.get(A.STALLED_SILENT_SELF) is True,
         remote_node=_remote_node(attrs),
+        phase=str(attrs.get(A.STALLED_PHASE, "") or ""),
     )
 
 

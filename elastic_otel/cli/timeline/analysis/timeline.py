@@ -1,6 +1,7 @@
 """The timeline of a job as plain data: rounds, each with its nodes in join order and below each
 node its workers and recoveries into the round, how the round began and ended, and what the
-analyses found in it (its failure, stalls, stragglers, lost progress); above them, per run, its
+analyses found in it (its failure, stalls, stragglers, slowdowns and slow links, lost progress);
+above them, per run, its
 summary and goodput. :func:`~elastic_otel.cli.timeline.analysis.build.build_timeline` fills it.
 """
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from elastic_otel.cli.timeline.analysis.failures import Failure
 from elastic_otel.cli.timeline.analysis.goodput import AttemptGoodput
 from elastic_otel.cli.timeline.analysis.runs import NodeRecovery, RunSummary
+from elastic_otel.cli.timeline.analysis.slowdowns import LinkFinding, Slowdown
 from elastic_otel.cli.timeline.analysis.stalls import Stall
 from elastic_otel.cli.timeline.analysis.stragglers import StragglerSpell
 from elastic_otel.model.goodput import Breakdown
@@ -138,6 +140,8 @@ class Round:
     failure: Failure | None = None  # its root cause and the failures that followed it
     stalls: list[Stall] = field(default_factory=list)  # training stalls, agents' waits
     stragglers: list[StragglerSpell] = field(default_factory=list)
+    slowdowns: list[Slowdown] = field(default_factory=list)
+    links: list[LinkFinding] = field(default_factory=list)  # node 0's findings, then evidence
     lost: list[LostProgress] = field(default_factory=list)  # progress its failure lost
 
     @property

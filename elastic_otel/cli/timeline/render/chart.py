@@ -1,7 +1,7 @@
 """What the page's chart draws, as the JSON its script reads: times in seconds from the first
 event, per round its nodes, their bars (join wait, time in the round, agent steps, recoveries
 and their phases, workers), each worker's role in the round's failure, and where the stalls,
-stragglers and lost progress are marked."""
+stragglers and lost progress are marked; the round's slowdowns and slow links in its head."""
 
 from __future__ import annotations
 
@@ -20,6 +20,11 @@ from elastic_otel.cli.timeline.render.phrases import (
     recovery_text,
     restart_note,
     stalled_text,
+)
+from elastic_otel.cli.timeline.render.slowdown_phrases import (
+    link_text,
+    slowdown_line,
+    slowdown_text,
 )
 from elastic_otel.cli.timeline.render.wait_phrases import stall_line, stall_text, straggler_line
 from elastic_otel.model.stalls import TRAINING
@@ -103,6 +108,7 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
                 for w in n.workers
             ],
             "stalls": node_marks.get(n.label, []),
+            "slowdowns": _slowdown_marks(rnd, sec).get(n.label, []),
             "lost_progress": [
                 {"start": sec(x.start_ns), "end": sec(x.end_ns), "text": lost_progress_text(x)}
                 for x in rnd.lost
@@ -135,6 +141,8 @@ def timeline_data(timeline: Timeline) -> dict[str, Any]:
                 "stragglers": [
                     f"global rank {s.rank} (score {s.latest.score:.2f})" for s in r.stragglers
                 ],
+                "slowdowns": [slowdown_text(s) for s in r.slowdowns],
+                "links": [link_text(f) for f in r.links if not f.local],
                 "nodes": [node(n, r) for n in r.nodes],
             }
             for r in timeline.rounds
@@ -183,6 +191,17 @@ def _roles(rnd: Round) -> dict[str, tuple[str, str]]:
             note += root
         roles[span_id] = (role, note)
     return roles
+
+
+def _slowdown_marks(rnd: Round, sec: Sec) -> Marks:
+    """Per node: the round's slowdowns it saw, from their start to its latest report."""
+    marks: Marks = {}
+    for s in rnd.slowdowns:
+        text = slowdown_line(s)
+        for seen in s.nodes:
+            mark = {"start": sec(s.start_ns), "end": sec(seen.end_ns), "text": text}
+            marks.setdefault(seen.node, []).append({**mark, "ended": seen.ended})
+    return marks
 
 
 def _straggler_marks(rnd: Round, sec: Sec) -> Marks:

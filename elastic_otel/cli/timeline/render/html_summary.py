@@ -1,9 +1,10 @@
 """The per-run summary above the page's chart, as tables that wrap to the page's width: the
 run's totals; each stall, with the rank waited for, its innermost frame and its whole stacks
 (a ``<details>`` element), the ranks waiting, and the innermost frame of every rank; each
-straggler; each failure with its root cause across nodes, the workers that failed after it
-with their delays, the job restart it led to and its cost, and each node's recovery phase by
-phase; the nodes that held a round up."""
+straggler; each slowdown, and the links node 0 named with every node's own evidence; each
+failure with its root cause across nodes, the workers that failed after it with their delays,
+the job restart it led to and its cost, and each node's recovery phase by phase; the nodes that
+held a round up."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import html
 
 from elastic_otel.cli.timeline.analysis.failures import Failure
 from elastic_otel.cli.timeline.analysis.runs import NodeRecovery, Restart, RunSummary
+from elastic_otel.cli.timeline.analysis.slowdowns import LinkFinding, Slowdown
 from elastic_otel.cli.timeline.analysis.stalls import Stall
 from elastic_otel.cli.timeline.analysis.stragglers import StragglerSpell
 from elastic_otel.cli.timeline.render.phrases import (
@@ -27,8 +29,15 @@ from elastic_otel.cli.timeline.render.phrases import (
     stalled_line,
     stalled_text,
 )
-from elastic_otel.cli.timeline.render.wait_phrases import stall_text
-from elastic_otel.model.stalls import TRAINING
+from elastic_otel.cli.timeline.render.slowdown_phrases import (
+    alike_text,
+    inside_text,
+    interval_text,
+    link_head,
+    link_stats,
+)
+from elastic_otel.cli.timeline.render.wait_phrases import phase_text, stall_text
+from elastic_otel.model.stalls import STARTUP, TRAINING
 
 
 def summary_html(runs: list[RunSummary], rel: Rel) -> str:
@@ -72,6 +81,7 @@ def summary_html(runs: list[RunSummary], rel: Rel) -> str:
                 *(_straggler_row(s, rel) for s in run.stragglers),
                 "</tbody></table>",
             ]
+        out += slowdown_tables(run, rel)
         rows = [_happening_row(run, f, r, rel) for f, r in run.happenings()]
         if rows:
             out += [
@@ -99,13 +109,13 @@ def summary_html(runs: list[RunSummary], rel: Rel) -> str:
 
 
 def _stall_count(run: RunSummary) -> str:
-    """``1 in training, longest 62 s · 1 agent wait``."""
-    training, others = run.training_stalls, len(run.agent_waits)
+    """``1 in training, longest 62 s · 1 in start-up, longest 21 s · 1 agent wait``."""
+    others = len(run.agent_waits)
     parts = []
-    if training:
-        parts.append(
-            f"{len(training)} in training, longest {max(s.seconds for s in training):.0f} s"
-        )
+    for phase, word in ((TRAINING, "training"), (STARTUP, "start-up")):
+        found = [s for s in run.training_stalls if s.phase == phase]
+        if found:
+            parts.append(f"{len(found)} in {word}, longest {max(s.seconds for s in found):.0f} s")
     if others:
         parts.append(f"{others} agent wait{'s' if others > 1 else ''}")
     return " · ".join(parts)
@@ -117,7 +127,7 @@ def _stall_row(stall: Stall, rel: Rel) -> str:
     number = "" if stall.round is None else str(stall.round)
     what = (
         f'<b class="stalled">{e(stall_text(stall))}</b>'
-        f'<div class="facts">{e(stall.kind)} · last reported at {e(rel(stall.end_ns))}</div>'
+        f'<div class="facts">{e(phase_text(stall))} · last reported at {e(rel(stall.end_ns))}</div>'
     )
     waited, waiting, frames = "", "", ""
     if stall.kind == TRAINING:
@@ -188,6 +198,88 @@ def _straggler_row(straggler: StragglerSpell, rel: Rel) -> str:
     return (
         f'<tr class="straggler"><td>{when}</td><td>{e(number)}</td><td>{who}</td>'
         f"<td>{score}</td><td>{late}</td><td>{wait}</td><td>{e(r.group)}</td></tr>"
+    )
+
+
+def slowdown_tables(run: RunSummary, rel: Rel) -> list[str]:
+    """The run's slowdowns, then the links node 0 named with every node's own evidence."""
+    e = html.escape
+    out = []
+    if run.slowdowns:
+        lost = sum(s.latest.lost_s or 0.0 for s in run.slowdowns)
+        out += [
+            f'<table class="slowdowns"><caption>Slowdowns · run {e(run.run_id)} · '
+            f"{len(run.slowdowns)}, {lost:.1f} s of training lost</caption>"
+            '<colgroup><col class="c-at"><col class="c-round"><col class="c-group">'
+            '<col class="c-slower"><col class="c-inside"><col class="c-part"><col class="c-lost">'
+            '<col class="c-seen"></colgroup><thead><tr><th>From</th><th>Round</th>'
+            "<th>Process group</th><th>Slower</th><th>Inside the collectives</th><th>Part</th>"
+            "<th>Training lost</th><th>Seen by</th></tr></thead><tbody>",
+            *(_slowdown_row(s, rel) for s in run.slowdowns),
+            "</tbody></table>",
+        ]
+    if run.links:
+        named = sum(not f.local for f in run.links)
+        nodes = len({f.latest.node for f in run.links if f.local})
+        count = [f"{named} named"] if named else []
+        count += [f"evidence from {nodes} node{'s' if nodes > 1 else ''}"] if nodes else []
+        out += [
+            f'<table class="links"><caption>Slow links · run {e(run.run_id)} · '
+            f"{', '.join(count)}</caption>"
+            '<colgroup><col class="c-at"><col class="c-round"><col class="c-scope">'
+            '<col class="c-named"><col class="c-what"><col class="c-evidence"></colgroup>'
+            "<thead><tr><th>Reported</th><th>Round</th><th>Scope</th><th>Named</th>"
+            "<th>What it shows</th><th>Each path or port</th></tr></thead><tbody>",
+            *(_link_row(f, rel) for f in run.links),
+            "</tbody></table>",
+        ]
+    return out
+
+
+def _slowdown_row(slowdown: Slowdown, rel: Rel) -> str:
+    """A slowdown: when, how much slower, the time inside, the part, its cost, its nodes."""
+    e = html.escape
+    r = slowdown.latest
+    number = "" if slowdown.round is None else str(slowdown.round)
+    when = f"{e(rel(slowdown.start_ns))} → {e(rel(slowdown.end_ns))}"
+    slower = f'<b class="slowdown">{r.ratio:.1f}x</b>' if r.ratio is not None else ""
+    slower += f'<div class="facts">{e(interval_text(r))}</div>' if interval_text(r) else ""
+    inside = e(inside_text(r))
+    inside += f'<div class="facts">{e(alike_text(r))}</div>' if alike_text(r) else ""
+    lost = f'<b class="cost">{r.lost_s:.1f} s</b>' if r.lost_s is not None else ""
+    lost += "" if slowdown.ended else '<div class="facts">so far</div>'
+    seen = e(", ".join(slowdown.seen_by))
+    seen += f'<div class="facts">{"ended" if slowdown.ended else "last reported"} at '
+    seen += f"{e(rel(slowdown.end_ns))}</div>"
+    if slowdown.quiet:
+        seen += f'<div class="facts">not reported by {e(", ".join(slowdown.quiet))}</div>'
+    return (
+        f'<tr class="slowdown"><td>{when}</td><td>{e(number)}</td><td>{e(slowdown.group)}</td>'
+        f"<td>{slower}</td><td>{inside}</td><td>{e(r.part)}</td><td>{lost}</td><td>{seen}</td></tr>"
+    )
+
+
+def _link_row(finding: LinkFinding, rel: Rel) -> str:
+    """A finding of node 0 (or a node's own evidence): what it names, what it shows, each path
+    or port behind it."""
+    e = html.escape
+    r = finding.latest
+    number = "" if finding.round is None else str(finding.round)
+    when = e(rel(finding.start_ns))
+    if len(finding.reports) > 1:
+        when += f" → {e(rel(finding.end_ns))}"
+    if finding.local:
+        scope, named = "evidence", f"<b>{e(r.node)}</b>"
+    else:
+        scope = e(r.scope)
+        named = f'<b class="slow-link">{e(link_head(r))}</b>'
+        named += f'<div class="facts">from {e(r.node)}</div>'
+    what = e(link_stats(r)) + (f'<div class="facts">{e(r.transport)}</div>' if r.transport else "")
+    evidence = "".join(f"<li>{e(line)}</li>" for line in r.evidence)
+    evidence = f"<ul>{evidence}</ul>" if evidence else ""
+    return (
+        f'<tr class="link"><td>{when}</td><td>{e(number)}</td><td>{scope}</td><td>{named}</td>'
+        f"<td>{what}</td><td>{evidence}</td></tr>"
     )
 
 

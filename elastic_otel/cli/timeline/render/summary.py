@@ -1,6 +1,6 @@
 """The per-run summary ``elastic-otel timeline`` prints first: where the run's time went, each
 failure with the restart it led to, its cost and every node's recovery, the stalls, the
-stragglers and the nodes that held a round up."""
+stragglers, the slowdowns and slow links, and the nodes that held a round up."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from elastic_otel.cli.timeline.render.phrases import (
     run_heading,
     seconds,
 )
+from elastic_otel.cli.timeline.render.slowdown_phrases import link_text, link_when, slowdown_text
 from elastic_otel.cli.timeline.render.wait_phrases import (
     stall_text,
     stall_when,
@@ -41,6 +42,7 @@ def render_summary(summaries: list[RunSummary], rel: Rel) -> list[str]:
                 lines.append(f"    recovery on {r.node} at {rel(r.start_ns)}: {recovery_text(r)}")
         lines += stall_summary_lines(run, rel)
         lines += straggler_summary_lines(run, rel)
+        lines += slowdown_summary_lines(run, rel)
         for h in run.hold_ups:
             label = "round ?" if h.round is None else f"round {h.round}"
             lines.append(
@@ -70,3 +72,25 @@ def straggler_summary_lines(run: RunSummary, rel: Rel) -> list[str]:
     n = len(run.stragglers)
     items = "; ".join(f"{straggler_text(s)} ({straggler_when(s, rel)})" for s in run.stragglers)
     return [f"  {n} straggler{'s' if n > 1 else ''}: {items}"]
+
+
+def slowdown_summary_lines(run: RunSummary, rel: Rel) -> list[str]:
+    """``1 slowdown: process group 0 from 12:01:14 for 48 s, 1.9x slower, communication, 19.6 s
+    lost (round 0, from +61.000s)``, then node 0's findings: ``1 slow link: host-b ...``."""
+    lines = []
+    if run.slowdowns:
+        n = len(run.slowdowns)
+        items = "; ".join(
+            f"{slowdown_text(s)} ({_where(s.round)}from {rel(s.start_ns)})" for s in run.slowdowns
+        )
+        lines.append(f"  {n} slowdown{'s' if n > 1 else ''}: {items}")
+    named = [f for f in run.links if not f.local]
+    if named:
+        n = len(named)
+        items = "; ".join(f"{link_text(f)} ({link_when(f, rel)})" for f in named)
+        lines.append(f"  {n} slow link{'s' if n > 1 else ''}: {items}")
+    return lines
+
+
+def _where(number: int | None) -> str:
+    return f"round {number}, " if number is not None else ""

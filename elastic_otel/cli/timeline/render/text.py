@@ -1,7 +1,7 @@
 """The timeline in the terminal: the run summaries and goodput, then per round an aligned table
 of its nodes and their workers (times relative to the job's start), below it the round's
-stalls, stragglers, root cause and lost progress, and last the error log records. Colour only
-on a terminal without ``NO_COLOR``."""
+stalls, stragglers, slowdowns and slow links, root cause and lost progress, and last the error
+log records. Colour only on a terminal without ``NO_COLOR``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from elastic_otel.cli.timeline.analysis.failures import Failure
+from elastic_otel.cli.timeline.analysis.slowdowns import LinkFinding, Slowdown
 from elastic_otel.cli.timeline.analysis.stalls import Stall
 from elastic_otel.cli.timeline.analysis.stragglers import StragglerSpell
 from elastic_otel.cli.timeline.analysis.timeline import LOST, NodeRow, Timeline
@@ -24,6 +25,12 @@ from elastic_otel.cli.timeline.render.phrases import (
     root_cause_line,
     seconds,
     stalled_line,
+)
+from elastic_otel.cli.timeline.render.slowdown_phrases import (
+    link_line,
+    link_when,
+    slowdown_line,
+    slowdown_when,
 )
 from elastic_otel.cli.timeline.render.summary import render_summary
 from elastic_otel.cli.timeline.render.wait_phrases import stall_line, straggler_line, straggler_when
@@ -141,6 +148,10 @@ def render_text(timeline: Timeline, color: bool = False) -> str:
                 "",
                 *("  " + line for s in rnd.stragglers for line in straggler_lines(s, rel, paint)),
             ]
+        if rnd.slowdowns or rnd.links:
+            slow = [line for s in rnd.slowdowns for line in slowdown_lines(s, rel, paint)]
+            slow += [line for f in rnd.links for line in link_lines(f, rel, paint)]
+            lines += ["", *("  " + line for line in slow)]
         if rnd.failure is not None:
             lines += ["", *("  " + line for line in failure_lines(rnd.failure, rel, paint))]
         for lost in rnd.lost:
@@ -196,6 +207,22 @@ def straggler_lines(
     if straggler.quiet:
         lines.append(f"  no straggler named by {', '.join(straggler.quiet)}")
     return lines
+
+
+def slowdown_lines(slowdown: Slowdown, rel: Any, paint: Any = lambda text, code: text) -> list[str]:
+    """A slowdown with when it lasted and the nodes that saw it, then those that did not."""
+    lines = [paint(slowdown_line(slowdown), _YELLOW) + f" · {slowdown_when(slowdown, rel)}"]
+    if slowdown.quiet:
+        lines.append(f"  not reported by {', '.join(slowdown.quiet)}")
+    return lines
+
+
+def link_lines(finding: LinkFinding, rel: Any, paint: Any = lambda text, code: text) -> list[str]:
+    """A slow link (or a node's own evidence) with when it was reported, then each path or
+    port behind it."""
+    line = link_line(finding)
+    lines = [(line if finding.local else paint(line, _YELLOW)) + f" · {link_when(finding, rel)}"]
+    return lines + [f"  | {evidence}" for evidence in finding.latest.evidence]
 
 
 def _node_detail(node: NodeRow, rel: Any) -> str:

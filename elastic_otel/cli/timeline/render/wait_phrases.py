@@ -6,16 +6,21 @@ from __future__ import annotations
 from elastic_otel.cli.timeline.analysis.stalls import Stall, StallReport
 from elastic_otel.cli.timeline.analysis.stragglers import StragglerSpell
 from elastic_otel.cli.timeline.render.phrases import Rel, global_ranks, ranks_text
-from elastic_otel.model.stalls import TRAINING
+from elastic_otel.model.stalls import STARTUP, TRAINING
 from elastic_otel.model.stragglers import INSIDE
 
 
 def stall_what(stall: Stall) -> str:
-    """``62 s in all_reduce #4``; ``62 s in training`` when no rank is in a collective;
-    ``120 s in rendezvous.join`` for an agent's wait."""
+    """``62 s in all_reduce #4``; ``62 s in training`` (``in start-up``) when no rank is in a
+    collective; ``120 s in rendezvous.join`` for an agent's wait."""
     collective, number = stall.collective
-    what = f"{collective} #{number}" if collective and number else collective or stall.kind
+    what = f"{collective} #{number}" if collective and number else collective or phase_text(stall)
     return f"{stall.seconds:.0f} s in {what}"
+
+
+def phase_text(stall: Stall) -> str:
+    """``training``, ``start-up`` (before training began), or an agent's wait's kind."""
+    return "start-up" if stall.phase == STARTUP else stall.kind
 
 
 def waited_for_text(stall: Stall, detail: bool = True) -> str:
@@ -48,13 +53,14 @@ def stall_text(stall: Stall) -> str:
 def stall_line(stall: Stall) -> str:
     """A stall below its round: ``STALLED 62 s in all_reduce #4 (training): waiting for
     global rank 1 on node-a (in hang at train.py:18); global ranks 0 (node-a), 2, 3 (node-b)
-    wait in it``. An agent's wait: ``STALLED in rendezvous.join: node-b 120 s, node-c 118 s``."""
+    wait in it``; ``(start-up)`` before training began (``init_process_group``, the first
+    collective). An agent's wait: ``STALLED in rendezvous.join: node-b 120 s, node-c 118 s``."""
     if stall.kind != TRAINING:
         nodes = ", ".join(f"{r.node} {r.seconds:.0f} s" for r in stall.reports)
         return f"STALLED in {stall.kind}: {nodes}"
     head = f"STALLED {stall_what(stall)}"
     if stall.collective[0]:
-        head += f" ({stall.kind})"
+        head += f" ({phase_text(stall)})"
     parts = [waited_for_text(stall)]
     waiting = stall.waiting
     if waiting:

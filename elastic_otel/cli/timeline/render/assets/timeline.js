@@ -82,6 +82,24 @@
     });
   }
 
+  // A slowdown on the row of each node that saw it: flagged where it began, underlined to its
+  // end (or its latest report).
+  function slowdownMarks(track, marks, heading) {
+    (marks || []).forEach(function (s) {
+      var lines = [s.text, secs(s.start) + " \u2192 " + secs(s.end) + " (" + dur(s.start, s.end) +
+                   (s.ended ? ", ended)" : ", the latest report)")];
+      var band = el("div", "slowdown-band");
+      band.style.left = pct(s.start);
+      band.style.width = "calc(" + pct(s.end - s.start) + " + 1px)";
+      tip(band, heading, lines);
+      track.appendChild(band);
+      var mark = el("div", "slowdown-mark", "SLOWDOWN");
+      mark.style.left = pct(s.start);
+      tip(mark, heading, lines);
+      track.appendChild(mark);
+    });
+  }
+
   function row(cls, label) {
     var r = el("div", "row " + cls);
     var l = el("div", "label", label);
@@ -147,6 +165,13 @@
     key.appendChild(document.createTextNode(
       "straggler: its peers wait for it at every collective (first to last report)"));
     box.appendChild(key);
+    key = el("span", "key");
+    flag = el("span", "swatch");
+    flag.style.background = "#9a3412";
+    key.appendChild(flag);
+    key.appendChild(document.createTextNode(
+      "slowdown: a process group slower than the job's own pace (on each node that saw it)"));
+    box.appendChild(key);
   }
 
   function axis(box) {
@@ -194,6 +219,7 @@
       r.track.appendChild(m);
     }
     stallMarks(r.track, n.stalls, "stalled \u00b7 " + n.label);
+    slowdownMarks(r.track, n.slowdowns, "slowdown \u00b7 " + n.label);
     (n.lost_progress || []).forEach(function (x) {
       var band = el("div", "lost-band");
       band.style.left = pct(x.start);
@@ -281,6 +307,14 @@
       (round.stragglers || []).forEach(function (text) {
         h.track.appendChild(document.createTextNode(" \u00b7 "));
         h.track.appendChild(el("span", "straggler", "straggler: " + text));
+      });
+      (round.slowdowns || []).forEach(function (text) {
+        h.track.appendChild(document.createTextNode(" \u00b7 "));
+        h.track.appendChild(el("span", "slowdown", "slowdown: " + text));
+      });
+      (round.links || []).forEach(function (text) {
+        h.track.appendChild(document.createTextNode(" \u00b7 "));
+        h.track.appendChild(el("span", "slow-link", "slow link: " + text));
       });
       box.appendChild(h.row);
       if (round.note) { restarts.push([round, h.row]); }
