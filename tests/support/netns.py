@@ -8,10 +8,11 @@ a UTS namespace with the host's name (what ``socket.gethostname()`` and ``host.n
 mount namespace with the host's ``/etc/hosts`` bound over the machine's, which lists every host
 of the network (and ``extra_hosts``). Processes on a host reach the others, and anything
 listening on the bridge's address in the root namespace (an OTLP receiver, a controller), only
-over that link, as separate machines would. ``nsenter``, not ``ip netns exec``: that remounts
-``/sys``, which hides the cgroup hierarchy ``slurmd`` needs. Root is required; the bridge and the
-namespaces have fixed names, so a lock file makes a second user wait for the first;
-:meth:`HostNetwork.stop` removes everything.
+over that link, as separate machines would; :meth:`HostNetwork.shape` rate-limits one host's
+link (``tc tbf``: the slow links of ``tests/links/``). ``nsenter``, not ``ip netns exec``: that
+remounts ``/sys``, which hides the cgroup hierarchy ``slurmd`` needs. Root is required; the
+bridge and the namespaces have fixed names, so a lock file makes a second user wait for the
+first; :meth:`HostNetwork.stop` removes everything.
 """
 
 from __future__ import annotations
@@ -150,6 +151,22 @@ class HostNetwork:
             "unshare", "--uts", "--mount", "--propagation", "private",
             "sh", "-c", _ENTER, host, *argv,
         ]  # fmt: skip
+
+    def shape(self, host: str, rate: str, burst: str = "64kb", latency: str = "200ms") -> None:
+        """Rate-limit ``host``'s link in both directions, as a NIC fallen back to a lower rate or
+        a bad cable would: a token bucket (``tc qdisc ... tbf``, this kernel has no ``netem``)
+        on the egress of both veth ends, ``<host>-h`` (towards the host) and ``<host>-c``
+        (from it). ``rate``, ``burst`` and ``latency`` (the longest a packet may queue) in
+        ``tc``'s units (``40mbit``, ``64kb``, ``200ms``). Again: replaces the limit."""
+        tbf = ("root", "tbf", "rate", rate, "burst", burst, "latency", latency)
+        run("tc", "qdisc", "replace", "dev", f"{host}-h", *tbf)
+        run("ip", "netns", "exec", host, "tc", "qdisc", "replace", "dev", f"{host}-c", *tbf)
+
+    def unshape(self, host: str) -> None:
+        """Remove :meth:`shape`'s limit from ``host``'s link (none there: nothing to do)."""
+        run("tc", "qdisc", "del", "dev", f"{host}-h", "root", check=False)
+        inside = ("tc", "qdisc", "del", "dev", f"{host}-c", "root")
+        run("ip", "netns", "exec", host, *inside, check=False)
 
     def signal_all(self, signum: int) -> None:
         """:meth:`signal` every host this network made (none before it holds its lock)."""
