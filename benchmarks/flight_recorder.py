@@ -3,11 +3,12 @@
 A child process runs a real one-rank gloo process group and fills the Flight Recorder's ring
 buffer (2,000 entries by default) with all-reduces. It times, on its training thread, blocks of
 real ``all_reduce`` calls with the worker's collectives thread
-(:class:`elastic_otel.worker.collectives.CollectivesWatch`) polling every 0.5 s (its shortest
-period) and without it, interleaved: the ratio is what the thread costs the training thread. It
-also times the thread's poll (the status read, tens of µs), the agent's read of the file
-(:func:`elastic_otel.parsing.collectives.read_collectives`), and a whole-record dump of the full
-buffer (what a stall, or an open collective's identification, costs): its time, the GIL it
+(:class:`elastic_otel.worker.collectives.CollectivesWatch`, its own loop) polling every 0.5 s
+(its shortest period) and sampling the status every 0.1 s between polls, and without it,
+interleaved: the ratio is what the thread costs the training thread. It also times the thread's
+poll (the status read, tens of µs), the agent's read of the file
+(:func:`elastic_otel.parsing.collectives.read_collectives`), and a whole-record dump of the
+full buffer (what a stall, or an open collective's identification, costs): its time, the GIL it
 holds and its size; and a straggler window's poll, which reads the whole record and keeps the
 arrivals of the collectives issued since the last window (here every entry: the most a window
 costs). And what a NCCL job's poll adds: the thread then reads two records, NCCL's (every
@@ -55,18 +56,20 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     off: list[float] = []
     for _ in range(config["blocks"]):
         off.append(block())
-        stop = threading.Event()
-        watch = CollectivesWatch(directory, 0.5, 3600.0)
-
-        def poll_until_stopped(w: CollectivesWatch = watch, s: threading.Event = stop) -> None:
-            while not s.wait(w.period_s):
-                w.poll(time.time_ns())
-
-        thread = threading.Thread(target=poll_until_stopped, daemon=True)
+        # The worker's own loop: a poll every 0.5 s and, straggler windows on, a status sample
+        # every 0.1 s between them. The window's whole-record read is taken first (once a
+        # window in a worker: its cost is the window poll's row, not every block's).
+        watch = CollectivesWatch(directory, 0.5, 3600.0, window_s=30.0)
+        watch.poll(time.time_ns())
+        watch._last_poll_ns = time.time_ns()
+        wake, wakes = os.pipe()
+        thread = threading.Thread(target=watch.run, args=(wake,), daemon=True)
         thread.start()
         on.append(block())
-        stop.set()
+        watch.stopped = True
+        os.close(wakes)  # end of file: the loop wakes and sees it is stopped
         thread.join()
+        os.close(wake)
 
     watch = CollectivesWatch(directory, 0.5, 3600.0)
     polls = []

@@ -114,10 +114,11 @@ class CollectivesWatch:
         self._written: str | None = None
         self.timing = timing
         self.enable_timing = enable_timing or _enable_timing
+        self.stopped = False  # the loop's end (a benchmark's; a worker's thread runs for good)
 
     def run(self, fd: int) -> None:
         period_ns = int(self.period_s * 1e9)
-        while os.getpid() == self.pid:  # not in a forked child (the thread is not there)
+        while os.getpid() == self.pid and not self.stopped:  # not in a forked child
             timeout = min(self.period_s, SAMPLE_S) if self.window_ns > 0 else self.period_s
             ready, _, _ = select.select([fd], [], [], timeout)
             asked = False

@@ -288,6 +288,14 @@ def test_a_slow_link_is_a_slowdown_dated_and_read_as_communication(
     for host in HOSTS:  # reported again while it lasts
         mine = [r for r in reports if _host(r) == host]
         assert len(mine) >= 2, f"{host} reported it {len(mine)} times\n{run.said()}"
+        # Each node's own evidence rides on its reports: its paths, slow like the others'.
+        own = [
+            r["attributes"]
+            for r in mine
+            if r["attributes"].get(A.LINK_SCOPE) == "local" and r["time_ns"] < run.fault_ended_ns
+        ]
+        assert own, f"{host}'s reports carry no evidence of its own\n{run.said()}"
+        assert all(a[A.LINK_NODES] == [host] and a[A.LINK_RTT] > 0.002 for a in own), own
 
 
 @pytest.mark.parametrize("job", ["node1_link", "node0_link"])
