@@ -4,11 +4,11 @@ through the agents' rendezvous store.
 Once per straggler window a node publishes small values under its own keys: its ranks' time
 inside (:mod:`elastic_otel.model.slow_nodes`) and, with link statistics on, what its TCP
 connections and RDMA ports showed over the window (:mod:`elastic_otel.model.links`, read here,
-off the training watch's thread). Node 0 of the round reads every node's keys once (one
-``multi_get`` each), compares them and reports a slow node, or, while a communication slowdown
-is under way, the slow link. Store I/O runs on a daemon thread of its own, on a clone of the
-store with a short timeout: a cut link delays only this thread, never the training watch. Kept
-apart from the stall path's store exchange on purpose (the two may merge).
+off the training watch's thread) with its ranks' point-to-point edges. Node 0 of the round reads
+every node's keys once (one ``multi_get`` each), compares them and reports a slow node, or,
+while a slowdown is under way, the slow link. Store I/O runs on a daemon thread of its own, on a
+clone of the store with a short timeout: a cut link delays only this thread, never the training
+watch. Kept apart from the stall path's store exchange on purpose (the two may merge).
 Design: ``docs/hangs.md`` (Stragglers; Slow links and slowdowns).
 """
 
@@ -19,10 +19,12 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from elastic_otel.integration.link_stats import LinkStats
 from elastic_otel.model import link_records, links
+from elastic_otel.model.p2p_edges import Edge
 from elastic_otel.model.slow_nodes import NodeInside, SlowNode, SlowNodeWatch, decode, encode
 
 if TYPE_CHECKING:
@@ -66,6 +68,8 @@ class StragglerExchange:
         self._pids: list[int] = []
         self._window = 0
         self._communication = False  # a communication slowdown under way: name the link
+        self._slowing = False  # a slowdown of any part under way: name a slow edge
+        self._edges: tuple[tuple[int, ...], tuple[Edge, ...]] = ((), ())  # ranks, their edges
         self._link_stats = link_stats
         self._link_watch = links.LinkWatch() if node_rank == 0 and link_stats else None
         self._report_link = report_link
@@ -83,15 +87,20 @@ class StragglerExchange:
         pids: list[int] | None = None,
         window: int = 0,
         communication: bool = False,
+        slowing: bool = False,
+        edges: tuple[tuple[int, ...], tuple[Edge, ...]] = ((), ()),
     ) -> None:
-        """Hand this window's value (and the processes whose connections to read, the window's
-        number, whether a communication slowdown is under way) to the exchange thread (never
-        blocks: what is not yet sent is replaced by the newer)."""
+        """Hand this window's value to the exchange thread (never blocks: what is not yet sent
+        is replaced by the newer), with what the link reads need: the processes whose
+        connections to read, the window's number, whether a slowdown is under way (of the time
+        inside: ``communication``; of any part: ``slowing``) and the node's ranks with their
+        point-to-point edges."""
         if self.nodes < 2 or self._closed or (value is None and self._link_stats is None):
             return
         with self._lock:
             self._pending = value
             self._pids, self._window, self._communication = pids or [], window, communication
+            self._slowing, self._edges = slowing, edges
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="elastic-otel-straggler-exchange", daemon=True
@@ -111,6 +120,7 @@ class StragglerExchange:
             with self._lock:
                 value, self._pending = self._pending, None
                 pids, window, communication = self._pids, self._window, self._communication
+                slowing, edges = self._slowing, self._edges
                 self._pids = []
             if self._closed or (value is None and not pids):
                 continue
@@ -122,7 +132,7 @@ class StragglerExchange:
                     if self.watch is not None:
                         self._compare(store)
                 if self._link_stats is not None and pids:
-                    self._links(store, pids, window, communication)
+                    self._links(store, pids, window, communication, slowing, edges)
             except Exception:  # a cut link, a store gone with its round: never the agent's
                 _logger.debug("elastic-otel: slow-node exchange failed", exc_info=True)
 
@@ -131,12 +141,23 @@ class StragglerExchange:
         local = self._local
         return dict(link_records.local_evidence(local)) if local is not None else {}
 
-    def _links(self, store: Any, pids: list[int], window: int, communication: bool) -> None:
-        """Read this node's links, publish them; on node 0, compare every node's."""
+    def _links(
+        self,
+        store: Any,
+        pids: list[int],
+        window: int,
+        communication: bool,
+        slowing: bool,
+        edges: tuple[tuple[int, ...], tuple[Edge, ...]],
+    ) -> None:
+        """Read this node's links, publish them; on node 0, compare every node's. A slow
+        point-to-point edge is named during a slowdown of any part: a pipeline's sends and
+        receives are not collectives, their time is between them."""
         assert self._link_stats is not None
         value = self._link_stats.read(pids, window)
         if value is None:
             return
+        value = replace(value, ranks=edges[0], edges=edges[1])
         self._local = value
         store.set(key(self.round, self.node_rank, LINKS_PREFIX), links.encode(value))
         if self._link_watch is None:
@@ -149,7 +170,8 @@ class StragglerExchange:
                 self._links_seen[node.node_rank] = node.window
                 fresh.append(node)
         report = self._link_watch.close_window(fresh)
-        if report is not None and communication and self._report_link and not self._closed:
+        due = communication or (slowing and report is not None and report.transport == "p2p")
+        if report is not None and due and self._report_link and not self._closed:
             self._report_link(dict(link_records.link_attributes(report)))
 
     def _compare(self, store: Any) -> None:

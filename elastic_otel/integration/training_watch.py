@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from elastic_otel.integration.stall_exchange import StallExchange
+from elastic_otel.model.p2p_edges import node_edges
 from elastic_otel.model.slow_nodes import node_inside
 from elastic_otel.model.slowdowns import COMMUNICATION, GroupWindow, Slowdown, SlowdownWatch
 from elastic_otel.model.stalls import (
@@ -40,6 +41,7 @@ from elastic_otel.names.environment_variables import (
 from elastic_otel.parsing.collectives import (
     TIMING_MEASURING,
     NcclTiming,
+    PeerTransfers,
     dump_path,
     poll_period,
     read_collectives,
@@ -132,6 +134,9 @@ class _Group:
     """Rank → group key → its share of time with a collective open, over its last window read
     (the workers' windows and the agent's are not in step: the latest stands until replaced)."""
     communication: bool = False  # a slowdown of the time inside is under way (names the link)
+    slowing: bool = False  # a slowdown of any part is under way (names a slow edge)
+    transfers: dict[int, tuple[PeerTransfers, ...]] = field(default_factory=dict)
+    """Rank → its sends and receives over its last window read."""
 
 
 class TrainingWatch:
@@ -275,6 +280,7 @@ class TrainingWatch:
                 group.shares[worker.global_rank] = {
                     key: opened / samples for key, opened, samples in collectives.open_share
                 }
+                group.transfers[worker.global_rank] = collectives.transfers
         if group.stragglers is not None and now_ns - group.window_start_ns >= group.window_ns:
             group.window_start_ns = now_ns
             straggler = group.stragglers.close_window(w.global_rank for w in group.workers)
@@ -342,24 +348,21 @@ class TrainingWatch:
             if slowdown is not None and group.report_slowdown is not None and not group.done:
                 group.report_slowdown(slowdown)
                 group.communication = slowdown.part == COMMUNICATION and not slowdown.ended
+        group.slowing = bool(watch.under_way)
 
     @staticmethod
     def _publish_inside(group: _Group) -> None:
         """Hand the window's device times (and the pids whose connections tell the node's
-        links) to the slow-node exchange (it never blocks)."""
+        links, its ranks' point-to-point edges) to the slow-node exchange (it never blocks)."""
         if group.exchange is None or group.stragglers is None or group.done:
             return
         group.windows_closed += 1
+        closed, inside = group.windows_closed, group.stragglers.inside
         ranks = [w.global_rank for w in group.workers]
-        value = node_inside(
-            group.exchange.node_rank,
-            socket.gethostname(),
-            ranks,
-            group.windows_closed,
-            group.stragglers.inside,
-        )
+        value = node_inside(group.exchange.node_rank, socket.gethostname(), ranks, closed, inside)
         pids = [os.getpid(), *(w.pid for w in group.workers)]
-        group.exchange.publish(value, pids, group.windows_closed, group.communication)
+        edges = (tuple(ranks), node_edges(group.transfers.items()))
+        group.exchange.publish(value, pids, closed, group.communication, group.slowing, edges)
 
     def _take_stacks(self, group: _Group, reason: str, stall: TrainingStall | None) -> None:
         """Signal every worker that armed the stack signal and ask every one that reads its

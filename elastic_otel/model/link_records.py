@@ -23,6 +23,7 @@ from elastic_otel.model.links import (
     path_rate,
     rounded,
 )
+from elastic_otel.model.p2p_edges import describe_edge
 from elastic_otel.names import attributes as A
 
 
@@ -59,11 +60,11 @@ def local_evidence(node: NodeLinks) -> LinkAttributes:
     """A node's own evidence (scope ``local``), for its own records: its worst path (the
     highest RTT among those that sent in the window) against its others, and an RDMA port of
     its whose counters moved or whose state is not ACTIVE. Empty: nothing read."""
-    if not node.peers and not node.nics and not node.interfaces:
+    if not node.peers and not node.nics and not node.interfaces and not node.edges:
         return {}
     attributes: LinkAttributes = {
         A.LINK_SCOPE: "local",
-        A.LINK_TRANSPORT: "tcp" if node.peers else "rdma",
+        A.LINK_TRANSPORT: "tcp" if node.peers else "rdma" if node.nics else "p2p",
         A.LINK_NODES: (node.host,),
         A.LINK_NODE_RANK: (node.node_rank,),
         A.LINK_ADDRESS: node.addresses,
@@ -83,6 +84,11 @@ def local_evidence(node: NodeLinks) -> LinkAttributes:
         }
         attributes.update({k: rounded(v) for k, v in values.items() if v is not None})
     evidence += [f"{node.host} {describe_interface(f)}" for f in node.interfaces if f.slow_end]
+    own = set(node.ranks)
+    leaving = sorted(
+        (e for e in node.edges if (e.src in own) != (e.dst in own)), key=lambda e: e.best_rate
+    )
+    evidence += [f"{node.host} {describe_edge(e)}" for e in leaving[:2]]
     troubled = [n for n in node.nics if n.errors or (n.state and not is_active(n.state))]
     if troubled:
         nic = max(troubled, key=lambda n: sum(v for _, v in n.errors))
@@ -115,16 +121,18 @@ def describe_link(attributes: Mapping[str, object]) -> str:
         if A.LINK_DEVICE in attributes:
             parts.append(_describe_nic(attributes, "this node"))
         return "; ".join(parts) or "no link statistics"
+    p2p = attributes.get(A.LINK_TRANSPORT) == "p2p"
+    what, verb = ("sends and receives", "move at best") if p2p else ("connections", "deliver")
     if scope == "fabric":
-        return "every link of the job is slow: its connections " + _stats(attributes, "deliver")
+        return f"every link of the job is slow: its {what} " + _stats(attributes, verb)
     if scope == "link" and len(nodes) == 2:
         pair = f"the link between {nodes[0]} and {nodes[1]} is slow"
-        return f"{pair}: its connections " + _stats(attributes, "deliver")
+        return f"{pair}: its {what} " + _stats(attributes, verb)
     if len(nodes) > 1:
         who = f"{', '.join(nodes[:-1])} and {nodes[-1]} have slow links: their"
     else:
         who = f"{nodes[0] if nodes else '?'} has the slow link: its"
-    text = f"{who} connections to every peer " + _stats(attributes, "deliver")
+    text = f"{who} {what} to every peer " + _stats(attributes, verb)
     evidence = attributes.get(A.LINK_EVIDENCE)
     if attributes.get(A.LINK_TRANSPORT) == "netdev" and isinstance(evidence, tuple | list):
         own = [str(line).split(" ", 1)[-1] for line in evidence if "a second held back" in line]

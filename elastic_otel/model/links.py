@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from elastic_otel.model.interfaces import InterfaceWindow, describe_interface, slow_ends
+from elastic_otel.model.p2p_edges import MAX_EDGES, Edge, EdgeNode, EdgeWatch
 from elastic_otel.parsing.rdma_counters import PortReading, deltas
 
 LinkAttributes = dict[str, str | int | float | tuple[str, ...] | tuple[int, ...]]
@@ -33,6 +34,8 @@ MAX_PEERS = 64
 MAX_ADDRESSES = 16
 MAX_NICS = 32
 MAX_INTERFACES = 8
+MAX_RANKS = 1024
+"""Global ranks a node publishes (its workers')."""
 MAX_EVIDENCE = 8
 """Lines of evidence on a report (the worst paths or ports first)."""
 WINDOWS = 2
@@ -141,6 +144,8 @@ class NodeLinks:
     peers: tuple[PeerPath, ...]
     nics: tuple[NicPort, ...]
     interfaces: tuple[InterfaceWindow, ...] = ()  # those its connections go out through
+    ranks: tuple[int, ...] = ()  # its workers' global ranks
+    edges: tuple[Edge, ...] = ()  # its ranks' point-to-point edges the device timed
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +163,7 @@ class LinkReport:
     others (``None``: no such path)."""
 
     scope: str  # link, node, fabric or nic
-    transport: str  # tcp or rdma
+    transport: str  # tcp, netdev, rdma or p2p
     nodes: tuple[LinkNode, ...]
     rtt_s: float | None = None
     rtt_others_s: float | None = None
@@ -327,6 +332,8 @@ def encode(node: NodeLinks) -> bytes:
             ]
             for f in node.interfaces[:MAX_INTERFACES]
         ],
+        "r": list(node.ranks[:MAX_RANKS]),
+        "e": [[e.src, e.dst, e.count, e.bytes, round(e.best_rate)] for e in node.edges[:MAX_EDGES]],
     }
     return json.dumps(body, separators=(",", ":")).encode()
 
@@ -380,7 +387,13 @@ def decode(data: object) -> NodeLinks | None:
             )
             for name, addresses, speed, tx, rx, trouble, per_s, backlog in body.get("f", [])
         )
+        edges = tuple(
+            Edge(int(src), int(dst), int(count), int(size), float(rate))
+            for src, dst, count, size, rate in body.get("e", [])
+        )
+        ranks = tuple(int(r) for r in body.get("r", [])[:MAX_RANKS])
         numbers = [n.bytes_s for n in nics] + [v for n in nics for _, v in n.errors]
+        numbers += [v for e in edges for v in (e.src, e.dst, e.count, e.bytes, e.best_rate)]
         for f in interfaces:
             numbers += (f.tx_rate, f.rx_rate, f.trouble_per_s, f.backlog, *f.trouble.values())
         for p in peers:
@@ -390,13 +403,13 @@ def decode(data: object) -> NodeLinks | None:
             len(peers) > MAX_PEERS
             or len(nics) > MAX_NICS
             or len(interfaces) > MAX_INTERFACES
+            or len(edges) > MAX_EDGES
             or not all(math.isfinite(v) and v >= 0 for v in numbers)
         ):
             return None
         addresses = tuple(str(a) for a in body["a"][:MAX_ADDRESSES])
-        return NodeLinks(
-            int(body["n"]), str(body["h"]), addresses, int(body["w"]), peers, nics, interfaces
-        )
+        node_rank, host, window = int(body["n"]), str(body["h"]), int(body["w"])
+        return NodeLinks(node_rank, host, addresses, window, peers, nics, interfaces, ranks, edges)
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
@@ -432,6 +445,7 @@ class LinkWatch:
         self._finding: tuple[object, ...] | None = None
         self._held = 0  # consecutive windows of that finding
         self._baselines: dict[tuple[int, str], tuple[deque[float], deque[float]]] = {}
+        self._edges = EdgeWatch()
 
     def close_window(self, nodes: Iterable[NodeLinks]) -> LinkReport | None:
         """Compare the nodes' fresh values; what to report now, if anything (a finding that held
@@ -441,6 +455,8 @@ class LinkWatch:
         timed = [c for c in cells if c.path.sending]
         judged = self._judge(timed)
         found = _nic_finding(latest)
+        edges = self._edge_finding(latest)  # every window: the edges learn their usual speed
+        found = found or edges
         if found is None:
             if len({c.row.node_rank for c in timed}) < 2:
                 return None  # too thin to compare: the streak goes on
@@ -452,6 +468,22 @@ class LinkWatch:
         self._held = self._held + 1 if key == self._finding else 1
         self._finding = key
         return replace(found, windows=self._held) if self._held >= self.windows else None
+
+    def _edge_finding(self, nodes: Mapping[int, NodeLinks]) -> LinkReport | None:
+        """The point-to-point edges' finding, as a report."""
+        found = self._edges.close_window(
+            {r: EdgeNode(n.host, n.ranks, n.edges) for r, n in nodes.items() if n.ranks}
+        )
+        if found is None:
+            return None
+        return LinkReport(
+            scope=found.scope,
+            transport="p2p",
+            nodes=tuple(LinkNode(nodes[r].host, r, nodes[r].addresses) for r in found.node_ranks),
+            rate=found.rate,
+            rate_others=found.rate_others,
+            evidence=found.evidence,
+        )
 
     def _judge(self, timed: list[_Cell]) -> list[_Judged]:
         """Each path that sent in the window, bad or not; the good ones join their reference."""

@@ -210,8 +210,9 @@ say so) or ``local`` (a node's own evidence)."""
 LINK_TRANSPORT: Final = "torchelastic.link.transport"
 """Where the evidence comes from: ``tcp`` (the kernel's per-connection statistics), ``netdev``
 (the node's own network interface: its transmit queue held traffic back, its errors moved, its
-rate is lower; what tells the slow end of a link its paths cannot) or ``rdma`` (the NIC's port
-counters in sysfs)."""
+rate is lower; what tells the slow end of a link its paths cannot), ``rdma`` (the NIC's port
+counters in sysfs) or ``p2p`` (the point-to-point sends and receives NCCL's Flight Recorder
+timed)."""
 LINK_NODES: Final = "torchelastic.link.node"
 """The host name(s) named (a string array: one for a node, two for a link)."""
 LINK_NODE_RANK: Final = "torchelastic.link.node_rank"

@@ -14,7 +14,9 @@ inside each one completed (for the agent's straggler scores). Whoever issued the
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from dataclasses import dataclass
 
 from elastic_otel.names.environment_variables import WORKER_COLLECTIVES_FILE
@@ -189,6 +191,9 @@ class CollectiveProgress:
     open_share: tuple[tuple[str, int, int], ...] = ()
     """Per process group, over the last straggler window: (key, samples with a collective open,
     samples), from the worker's sampling of the record's status (absent from older files)."""
+    transfers: tuple[PeerTransfers, ...] = ()
+    """This rank's point-to-point sends and receives its device timed over the last straggler
+    window, per process group, op and peer (absent from older files)."""
 
     def open_group(self) -> GroupProgress | None:
         """The group whose collective the worker is in: the open one issued last (a worker
@@ -244,6 +249,7 @@ def parse_collectives(data: object) -> CollectiveProgress | None:
             durations=_pairs(data.get("durations")),
             nccl_timing=parse_nccl_timing(data.get("nccl_timing")),
             open_share=_shares(data.get("open_share")),
+            transfers=_transfers(data.get("transfers")),
         )
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
@@ -296,6 +302,80 @@ def dump_path(path: str, backend: str) -> str:
     backends): ``elastic_otel_flight_recorder.gloo.pkl``."""
     stem, dot, suffix = path.rpartition(".")
     return f"{stem}.{backend}{dot}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTransfers:
+    """A rank's sends to (or receives from) one peer over one window, as its device timed them
+    (NCCL with timing events: torch's gloo records no sends or receives)."""
+
+    key: str  # the process group's key
+    op: str  # SEND or RECV
+    peer: int  # the peer's global rank
+    count: int
+    bytes: int
+    device_ns: int  # the device's time inside them, all together
+    best_rate: float  # bytes a second of the fastest (the one that waited least for its peer)
+
+    def as_json(self) -> list[object]:
+        rate = round(self.best_rate)
+        return [self.key, self.op, self.peer, self.count, self.bytes, self.device_ns, rate]
+
+
+SEND = "send"
+RECV = "recv"
+_P2P_NAME = re.compile(r"^\w+:(send|recv) (\d+)(?:->|<-)(\d+)$")
+MAX_TRANSFERS = 256
+"""(group, op, peer) entries a worker leaves per window: a pipeline stage has a few peers."""
+
+DTYPE_BYTES = {
+    "Bool": 1, "Byte": 1, "Char": 1, "QInt8": 1, "QUInt8": 1, "QUInt4x2": 1, "QUInt2x4": 1,
+    "Float8_e5m2": 1, "Float8_e4m3fn": 1, "Float8_e5m2fnuz": 1, "Float8_e4m3fnuz": 1,
+    "Float8_e8m0fnu": 1, "Short": 2, "Half": 2, "BFloat16": 2, "UInt16": 2, "Int": 4,
+    "Float": 4, "QInt32": 4, "UInt32": 4, "ComplexHalf": 4, "Long": 8, "Double": 8,
+    "UInt64": 8, "ComplexFloat": 8, "ComplexDouble": 16,
+}  # fmt: skip
+"""Bytes per element of the Flight Recorder's ``input_dtypes`` (c10's scalar type names)."""
+
+
+def p2p_peer(profiling_name: str) -> tuple[str, int] | None:
+    """NCCL's ``nccl:send 0->1`` / ``nccl:recv 1<-0`` → (SEND or RECV, the peer's rank in the
+    group); ``None`` for any other name (a coalesced batch of them has one name for all)."""
+    found = _P2P_NAME.match(profiling_name)
+    return (found.group(1), int(found.group(3))) if found else None
+
+
+def entry_bytes(entry: dict[str, object]) -> int | None:
+    """The bytes an entry's inputs hold (``input_sizes`` by ``input_dtypes``); ``None`` where a
+    dtype is unknown or the two do not match."""
+    sizes, dtypes = entry.get("input_sizes"), entry.get("input_dtypes")
+    if not isinstance(sizes, list) or not isinstance(dtypes, list) or len(sizes) != len(dtypes):
+        return None
+    total = 0
+    for shape, dtype in zip(sizes, dtypes, strict=True):
+        width = DTYPE_BYTES.get(str(dtype))
+        if width is None or not isinstance(shape, list):
+            return None
+        total += math.prod(int(n) for n in shape) * width
+    return total
+
+
+def _transfers(data: object) -> tuple[PeerTransfers, ...]:
+    """:meth:`PeerTransfers.as_json` rows read back (counts and sizes non-negative)."""
+    if not data:
+        return ()
+    if not isinstance(data, list):
+        raise ValueError("not a list")
+    out = []
+    for key, op, peer, count, size, inside, best in data[:MAX_TRANSFERS]:
+        numbers = int(peer), int(count), int(size), int(inside)
+        row = PeerTransfers(str(key), str(op), *numbers, float(best))
+        if row.op not in (SEND, RECV) or min(row.peer, row.count, row.bytes, row.device_ns) < 0:
+            raise ValueError("not a transfer")
+        if not (math.isfinite(row.best_rate) and row.best_rate >= 0):
+            raise ValueError("not a rate")
+        out.append(row)
+    return tuple(out)
 
 
 def op_name(profiling_name: str) -> str:

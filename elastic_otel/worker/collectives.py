@@ -34,11 +34,15 @@ from elastic_otel.names.environment_variables import (
 )
 from elastic_otel.parsing.collectives import (
     MAX_ARRIVALS,
+    MAX_TRANSFERS,
     STATES,
+    PeerTransfers,
     device_ns,
     dump_path,
+    entry_bytes,
     group_key,
     op_name,
+    p2p_peer,
     poll_period,
 )
 from elastic_otel.worker import nccl_timing
@@ -107,10 +111,12 @@ class CollectivesWatch:
         self.arrivals: dict[str, list[tuple[int, int]]] = {}
         self.durations: dict[str, list[tuple[int, int]]] = {}
         self.open_share: dict[str, tuple[int, int]] = {}  # per group key, the last window's
+        self.transfers: list[PeerTransfers] = []  # the last window's sends and receives
         self._samples = OpenSamples()
         self._last_poll_ns = 0
         self._last_seq: dict[str, int] = {}  # per group key: the newest arrival already left
         self._last_done: dict[str, int] = {}  # per group key: the newest duration already left
+        self._last_p2p: dict[str, int] = {}  # per group key: the newest send or receive left
         self._written: str | None = None
         self.timing = timing
         self.enable_timing = enable_timing or _enable_timing
@@ -297,8 +303,8 @@ class CollectivesWatch:
                 pairs.sort()
                 del pairs[:-MAX_ARRIVALS]
                 last[key] = pairs[-1][0]
-        self.arrivals, self.durations = arrivals, durations
-        self.open_share = self._samples.take()
+        self.arrivals, self.durations, self.open_share = arrivals, durations, self._samples.take()
+        self.transfers = peer_transfers(wholes, self.groups, self._last_p2p)
 
     def _dump(self, wholes: dict[str, dict[str, Any]]) -> None:
         """torch's own pickle of each record read, for ``torchfrtrace``: the first record with
@@ -358,6 +364,7 @@ class CollectivesWatch:
             "arrivals": self.arrivals,
             "durations": self.durations,
             "open_share": self.open_share,
+            "transfers": [t.as_json() for t in self.transfers],
             "window_ns": self.window_read_ns,
         }
         decision = self.timing.decision if self.timing is not None else None
@@ -430,6 +437,49 @@ def record_backends(config: str) -> set[str]:
     names = {part.rpartition(":")[2].strip().lower() for part in config.split(",")}
     names.discard("")
     return {NcclRecord.backend if n == NcclRecord.backend else GlooRecord.backend for n in names}
+
+
+def peer_transfers(
+    wholes: dict[str, dict[str, Any]], groups: dict[str, dict[str, Any]], last: dict[str, int]
+) -> list[PeerTransfers]:
+    """The sends and receives the device timed since the ones in ``last`` (per group key, the
+    newest left; updated), per group, op and peer (the peer's global rank: torch's name holds
+    its rank in the group)."""
+    sums: dict[tuple[str, str, int], list[float]] = {}  # → count, bytes, ns, best rate
+    newest: dict[str, int] = {}
+    for backend, whole in wholes.items():
+        for entry in whole.get("entries") or []:
+            seq, inside = entry.get("p2p_seq_id"), device_ns(entry)
+            pg = entry.get("process_group") or ("",)
+            key = group_key(str(pg[0]), backend)
+            if not entry.get("is_p2p") or not isinstance(seq, int) or inside is None:
+                continue
+            named, size = p2p_peer(str(entry.get("profiling_name", ""))), entry_bytes(entry)
+            if seq <= last.get(key, 0) or named is None or size is None:
+                continue
+            newest[key] = max(seq, newest.get(key, 0))
+            peer = _global_rank(groups.get(key), str(pg[0]), named[1])
+            if peer is None:
+                continue
+            row = sums.setdefault((key, named[0], peer), [0, 0, 0, 0.0])
+            row[0] += 1
+            row[1] += size
+            row[2] += inside
+            row[3] = max(row[3], size * 1e9 / inside if inside else 0.0)
+    last.update(newest)
+    return [
+        PeerTransfers(key, op, peer, int(c), int(b), int(ns), best)
+        for (key, op, peer), (c, b, ns, best) in sorted(sums.items())[:MAX_TRANSFERS]
+    ]
+
+
+def _global_rank(group: dict[str, Any] | None, name: str, rank: int) -> int | None:
+    """Group ``name``'s rank ``rank`` as a global rank (the default group's are the same);
+    ``None`` where the group's members are not known."""
+    members = group["members"] if group is not None else []
+    if 0 <= rank < len(members):
+        return int(members[rank])
+    return rank if name == "0" and not members else None
 
 
 def _members(name: str) -> list[int]:
