@@ -275,8 +275,8 @@ def test_a_job_without_reports_has_no_section(tmp_path: Path) -> None:
 
 
 def test_other_scopes_read_as_what_they_name(tmp_path: Path) -> None:
-    """One pair of nodes, the fabric, an RDMA port whose counters moved, and a node's own
-    evidence of its own (no slowdown report beside it)."""
+    """One pair of nodes, the fabric, an RDMA port whose counters moved, a pipeline's slow
+    edges, and a node's own evidence of its own (no slowdown report beside it)."""
     job = Job()
     pair = {A.LINK_NODES: ("node-a", "node-b"), A.LINK_ADDRESS: ("10.1.0.11", "10.1.0.12")}
     job.link("a", 70_000, **{**NODE_B, A.LINK_SCOPE: "link", **pair, A.LINK_EVIDENCE: ()})
@@ -292,6 +292,8 @@ def test_other_scopes_read_as_what_they_name(tmp_path: Path) -> None:
         A.LINK_RDMA_COUNTERS: ("symbol_error=1204", "link_downed=2"),
     }
     job.link("a", 90_000, **nic)
+    edges = {A.LINK_SCOPE: "link", A.LINK_TRANSPORT: "p2p", A.LINK_RATE: 4.5e8}
+    job.link("a", 95_000, **edges, **pair, **{A.LINK_RATE_OTHERS: 1e10})
     job.link("b", 90_500, **{**OWN_B, A.LINK_DEVICE: "mlx5_0/1",
                              A.LINK_RDMA_COUNTERS: ("symbol_error=1204",)})  # fmt: skip
     text = render_text(load(tmp_path, job))
@@ -308,6 +310,11 @@ def test_other_scopes_read_as_what_they_name(tmp_path: Path) -> None:
         "  SLOW LINK node-b's RDMA port mlx5_0/1: 25 Gb/sec (1X EDR), 4: ACTIVE / 5: LinkUp,"
         " symbol_error=1204 link_downed=2 · rdma, from node-a pid 100, round 0, reported at"
         " +90.000s\n"
+    ) in text, text
+    assert (
+        "  SLOW LINK the link between node-a (10.1.0.11) and node-b (10.1.0.12): its sends and"
+        " receives move at best 450 MB/s (the others 10000 MB/s) · p2p, from node-a pid 100,"
+        " round 0, reported at +95.000s\n"
     ) in text, text
     assert (
         "  LINK EVIDENCE from node-b pid 200: its connection to 10.1.0.11 delivers 0.07 MB/s,"

@@ -137,24 +137,26 @@ def link_head(report: LinkReport) -> str:
     if report.scope == "nic":
         owner = f"{named[0]}'s " if named else ""
         return f"{owner}RDMA port {report.device or '?'}"
-    if report.scope == "edge":
-        return "the edge " + " → ".join(named) if named else "an edge"
     return ", ".join(named) or "?"
 
 
 def link_stats(report: LinkReport) -> str:
     """``its connections to every peer deliver 0.06 MB/s (the others 110 MB/s), RTT 420 ms
-    (0.1 ms), 31 retransmits/s``; an RDMA port's rate, state and counters that moved."""
+    (0.1 ms), 31 retransmits/s``; a pipeline's edges: ``its sends and receives move at best
+    450 MB/s (the others 10000 MB/s)``; an RDMA port's rate, state and counters that moved."""
     subject = {
         "node": "its connections to every peer",
         "link": "its connections",
         LOCAL: f"its connection to {report.peer}" if report.peer else "its worst connection",
     }.get(report.scope, "connections")
     single = report.scope == LOCAL
+    verb = "delivers" if single else "deliver"
+    if report.transport == "p2p" and not single:
+        subject, verb = "its sends and receives", "move at best"
     others = "its others" if single else "the others"
     parts = []
     if report.rate is not None:
-        text = f"{subject} {'delivers' if single else 'deliver'} {_short(report.rate / 1e6)} MB/s"
+        text = f"{subject} {verb} {_short(report.rate / 1e6)} MB/s"
         if report.rate_others is not None:
             text += f" ({others} {_short(report.rate_others / 1e6)} MB/s)"
         parts.append(text)
