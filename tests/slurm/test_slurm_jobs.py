@@ -168,6 +168,10 @@ def test_scancel_mid_training(slurm_jobs: SlurmJobs) -> None:
     jobs = slurm_jobs
     job_id = jobs.submit(STEPS="100000", STEP_SECONDS="0.1")
     _training(jobs, job_id)
+    # the check below needs an open-span snapshot exported before the cancel: on a loaded
+    # machine the first checkpoint can come before the first snapshot
+    snapshot = lambda: any(r["attributes"].get(A.PARTIAL_EVENT) for r in jobs.logs(job_id))  # noqa: E731
+    jobs.wait_for(snapshot, 60, f"job {job_id}: an open-span snapshot")
     cancelled_ns = time.time_ns()
     jobs.cluster.command("scancel", job_id)
     job = jobs.cluster.wait_job(job_id, {"CANCELLED", "COMPLETED", "FAILED"}, 120)
