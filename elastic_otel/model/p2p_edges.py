@@ -69,21 +69,29 @@ class EdgeFinding:
 def node_edges(transfers: Iterable[tuple[int, Iterable[PeerTransfers]]]) -> tuple[Edge, ...]:
     """Each (global rank, its transfers) as edges, both sides of an edge seen on one node
     merged (the faster side's speed: the side that waited less), the slowest first."""
-    merged: dict[tuple[int, int], Edge] = {}
-    for rank, rows in transfers:
-        for t in rows:
-            src, dst = (rank, t.peer) if t.op == SEND else (t.peer, rank)
-            edge = Edge(src, dst, t.count, t.bytes, t.best_rate)
-            merged[(src, dst)] = _merge(merged.get((src, dst)), edge)
-    return tuple(sorted(merged.values(), key=lambda e: e.best_rate)[:MAX_EDGES])
-
-
-def _merge(a: Edge | None, b: Edge) -> Edge:
-    if a is None:
-        return b
-    return Edge(
-        a.src, a.dst, max(a.count, b.count), max(a.bytes, b.bytes), max(a.best_rate, b.best_rate)
+    edges = (
+        Edge(*((rank, t.peer) if t.op == SEND else (t.peer, rank)), t.count, t.bytes, t.best_rate)
+        for rank, rows in transfers
+        for t in rows
     )
+    return tuple(sorted(_merged(edges), key=lambda e: e.best_rate)[:MAX_EDGES])
+
+
+def _merged(edges: Iterable[Edge]) -> list[Edge]:
+    """One edge per (src, dst): the two sides' view of it, the faster side's speed."""
+    merged: dict[tuple[int, int], Edge] = {}
+    for b in edges:
+        a = merged.get((b.src, b.dst))
+        if a is not None:
+            b = Edge(
+                b.src,
+                b.dst,
+                max(a.count, b.count),
+                max(a.bytes, b.bytes),
+                max(a.best_rate, b.best_rate),
+            )
+        merged[(b.src, b.dst)] = b
+    return list(merged.values())
 
 
 class EdgeWatch:
@@ -95,11 +103,8 @@ class EdgeWatch:
     def close_window(self, nodes: Mapping[int, EdgeNode]) -> EdgeFinding | None:
         """The window's finding from the nodes' fresh values, if any."""
         node_of = {rank: n for n, node in nodes.items() for rank in node.ranks}
-        merged: dict[tuple[int, int], Edge] = {}
-        for node in nodes.values():
-            for e in node.edges:
-                merged[(e.src, e.dst)] = _merge(merged.get((e.src, e.dst)), e)
-        crossing = [e for e in merged.values() if e.best_rate > 0 and _crosses(e, node_of)]
+        merged = _merged(e for node in nodes.values() for e in node.edges)
+        crossing = [e for e in merged if e.best_rate > 0 and _crosses(e, node_of)]
         if not crossing:
             return None
         judged = []
