@@ -54,6 +54,8 @@ C10D_MODULE = "torch.distributed.distributed_c10d"
 THREAD_NAME = "elastic-otel-collectives"
 RECORDS: tuple[type[FlightRecord], ...] = (NcclRecord, GlooRecord)
 """The kinds of record read, each where this build has it; the first with groups is the dump's."""
+STOP_WAIT_S = 2.0
+"""How long a worker's exit waits for a read of torch's records in progress (a dump's)."""
 _ORDER = {kind.backend: i for i, kind in enumerate(RECORDS)}
 SAMPLE_S = 0.1
 """How often, with straggler windows on, the thread samples whether each group has a collective
@@ -80,6 +82,12 @@ def start(directory: str) -> threading.Thread | None:
     watch = CollectivesWatch(directory, period, stall_after / 2, window, timing=timing)
     thread = threading.Thread(target=watch.run, args=(fd,), name=THREAD_NAME, daemon=True)
     thread.start()
+    # When the main thread returns, before the interpreter finalizes: a daemon thread still
+    # inside torch's C++ while exit() destroys its statics crashes the worker's clean exit.
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        with contextlib.suppress(RuntimeError):  # shutting down already
+            register(watch.stop)
     return thread
 
 
@@ -120,7 +128,8 @@ class CollectivesWatch:
         self._written: str | None = None
         self.timing = timing
         self.enable_timing = enable_timing or _enable_timing
-        self.stopped = False  # the loop's end (a benchmark's; a worker's thread runs for good)
+        self.stopped = False  # the loop's end (at the worker's exit, or a benchmark's)
+        self._reading = threading.Lock()  # held while torch's records are read
 
     def run(self, fd: int) -> None:
         period_ns = int(self.period_s * 1e9)
@@ -132,12 +141,23 @@ class CollectivesWatch:
                 with contextlib.suppress(BlockingIOError):
                     asked = bool(os.read(fd, 64))
             now_ns = time.time_ns()
-            with contextlib.suppress(Exception):  # never the worker's problem
+            with self._reading, contextlib.suppress(Exception):  # never the worker's problem
+                if self.stopped:
+                    break
                 if asked or now_ns - self._last_poll_ns >= period_ns:
                     self._last_poll_ns = now_ns
                     self.poll(now_ns, asked)
                 else:
                     self.sample()
+
+    def stop(self, timeout_s: float = STOP_WAIT_S) -> None:
+        """Read torch's records no more: once this returns, the thread is in none of torch's
+        functions and enters none (unless a read outlasted ``timeout_s``)."""
+        self.stopped = True
+        if os.getpid() != self.pid:
+            return  # a forked child: no thread, and the lock may be the parent's, held
+        if self._reading.acquire(timeout=timeout_s):
+            self._reading.release()
 
     def sample(self) -> None:
         """Count, per group, whether a collective is open now (between polls)."""

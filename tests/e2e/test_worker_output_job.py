@@ -212,11 +212,23 @@ def _lines(consoles: list[Console], stream: str) -> dict[str, list[str]]:
     return by_rank
 
 
+def _faults(consoles: list[Console]) -> str:
+    """Each faulthandler header on the agents' stderr with the lines around it: which process
+    printed it, should the consoles differ."""
+    found = []
+    for node, console in enumerate(consoles):
+        lines = console.stderr.splitlines()
+        for n, line in enumerate(lines):
+            if "Fatal Python error" in line:
+                found.append(f"node {node}:\n" + "\n".join(lines[max(n - 3, 0) : n + 12]))
+    return "\n\n".join(found)
+
+
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 def test_the_console_is_the_same_without_the_bridge(job: Job, stream: str) -> None:
     with_bridge = _lines(job.with_bridge, stream)
     without = _lines(job.without_bridge, stream)
-    assert with_bridge == without
+    assert with_bridge == without, _faults(job.with_bridge)
     if stream == "stdout":
         assert without["blob"] == [str(BLOB)]
         assert without["3"][:5] == [f"rank 3 out {i}" for i in range(5)]

@@ -83,6 +83,34 @@ def test_the_worker_thread_reads_every_process_group(tmp_path: Path) -> None:
     assert ("gloo:all_reduce", 3) in ops and ("gloo:broadcast", 1) in ops
 
 
+EXITING_WORKER = """
+import atexit, sys, time, torch, torch.distributed as dist
+from elastic_otel.worker import collectives
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+thread = collectives.start(sys.argv[1])
+for _ in range(3):
+    dist.all_reduce(torch.ones(8))
+time.sleep(0.5)
+def report():  # atexit's, after the hooks that run when the main thread returns
+    thread.join(5)
+    print("ended" if not thread.is_alive() else "alive", flush=True)
+atexit.register(report)
+"""
+
+
+def test_the_worker_thread_stops_before_the_interpreter_finalizes(tmp_path: Path) -> None:
+    """A worker's main thread returns: the collectives thread leaves torch's functions and ends
+    before the atexit handlers run, so that none of its reads outlives torch's statics."""
+    done = subprocess.run(
+        [sys.executable, "-c", EXITING_WORKER, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["ended"]
+
+
 def test_the_default_group_is_placed_in_its_own_backends_records_only() -> None:
     """A gloo job on a CUDA build (2.14.1's wheel) has NCCL's record too: the default group,
     placed before its first collective, must not sit there as a NCCL group that never issued

@@ -154,6 +154,7 @@ for _ in range(400):
         break
     time.sleep(0.05)
 print([r.backend for r in watch.records])
+dist.destroy_process_group()  # gloo's threads joined: none left joinable at exit (abort)
 """
 
 
