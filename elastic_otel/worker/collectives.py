@@ -228,17 +228,10 @@ class CollectivesWatch:
         """The default group, issued nothing yet, in every record this build has: torch's
         status lists a group only once it recorded a collective, and a rank past
         ``init_process_group`` that never issued one is what the others wait for."""
-        try:
-            world = c10d.GroupMember.WORLD
-            name = c10d._world.pg_names.get(world)
-            config = str(c10d.get_backend_config(world))
-        except Exception:
+        found = _default_group(c10d)
+        if found is None:
             return
-        if not isinstance(name, str):
-            return
-        # Only in the records of the group's own backends: a gloo job on a CUDA build must not
-        # read as a rank that never issued its first NCCL collective.
-        used = record_backends(config)
+        name, used = found
         for record in self.records or ():
             if used and record.backend not in used:
                 continue
@@ -331,7 +324,7 @@ class CollectivesWatch:
         groups in the dump file, any other (a job with two backends) beside it."""
         for n, (backend, whole) in enumerate(wholes.items()):
             path = dump_path(self.dump_path, backend) if n else self.dump_path
-            self._write(path, pickle.dumps(self._complete(backend, whole)))
+            _write(path, pickle.dumps(self._complete(backend, whole)))
         self.dumps += 1
 
     def _complete(self, backend: str, record: dict[str, Any]) -> dict[str, Any]:
@@ -395,14 +388,27 @@ class CollectivesWatch:
             return
         self._written = text
         data = {"pid": self.pid, "progress_ns": self.progress_ns, **body}
-        self._write(self.path, json.dumps(data).encode())
+        _write(self.path, json.dumps(data).encode())
 
-    @staticmethod
-    def _write(path: str, data: bytes) -> None:
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+
+def _default_group(c10d: Any) -> tuple[str, frozenset[str]] | None:
+    """The default group's name and the records of its backends (only those: a gloo job on a
+    CUDA build must not read as a rank that never issued its first NCCL collective)."""
+    try:
+        world = c10d.GroupMember.WORLD
+        name = c10d._world.pg_names.get(world)
+        config = str(c10d.get_backend_config(world))
+    except Exception:
+        return None
+    return (name, frozenset(record_backends(config))) if isinstance(name, str) else None
+
+
+def _write(path: str, data: bytes) -> None:
+    """``data`` into ``path`` at once: the agent never reads half a file."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
 
 
 class OpenSamples:
