@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import sys
 import time
 from typing import Any, cast
 
@@ -54,6 +55,7 @@ from elastic_otel.names.torch_names import (
     AGENT_STEP_PREFIX,
     NCCL_TIMING_EVENT,
     NCCL_TIMING_STATE,
+    NVRX_ELASTIC,
     STACKS_STATE,
     WORKER_STACKS_EVENT,
     WorkerState,
@@ -69,18 +71,37 @@ RecordAttributes = dict[str, AttrValue | None]
 
 def reports_to_handler(agent: Any, handler: OtelHandler) -> bool:
     """Whether this agent records its events to ``handler`` (``--event-log-handler otel``):
-    what it observes goes where its own events go, or nowhere."""
+    what it observes goes where its own events go, or nowhere. ``ft_launcher``'s agent has no
+    such setting: its events go to its own copy's ``null`` destination."""
+    destination = getattr(agent._worker_group.spec, "event_log_handler", None)
+    if destination is None:
+        copy = sys.modules.get(f"{NVRX_ELASTIC}.events.handlers")
+        registry = getattr(copy, "_log_handlers", None)
+        return isinstance(registry, dict) and registry.get("null") is handler
     from torch.distributed.elastic.events import handlers
 
-    destination = agent._worker_group.spec.event_log_handler
     return handlers._log_handlers.get(destination) is handler
 
 
+NESTED_FIELDS = ("exit_code", "worker_pid")
+"""What torch 2.4 on keeps in an event's nested metadata, one-element lists, per worker."""
+
+
 def construct(agent: Any, state: str, source: Any, worker: Any, **fields: Any) -> Any:
-    """The agent's own ``_construct_event``, without the arguments this torch lacks."""
+    """The agent's own ``_construct_event``; what an older one takes no argument for
+    (``ft_launcher``'s copy of torch 2.3: ``duration_ms``, ``exit_code``, ``worker_pid``) is
+    added to the event as torch 2.4 on lays it out."""
     accepted = inspect.signature(agent._construct_event).parameters
     kwargs = {k: v for k, v in fields.items() if k in accepted}
-    return agent._construct_event(state=state, source=source, worker=worker, **kwargs)
+    event = agent._construct_event(state=state, source=source, worker=worker, **kwargs)
+    missing = {k: v for k, v in fields.items() if k not in accepted and v is not None}
+    if "duration_ms" in missing:
+        event.metadata["duration_ms"] = missing["duration_ms"]
+    nested = {k: (missing[k],) for k in NESTED_FIELDS if k in missing and worker is not None}
+    if nested:
+        md = json.loads(event.metadata.get("metadata") or "{}")
+        event.metadata["metadata"] = json.dumps({**md, **nested})
+    return event
 
 
 def send(
@@ -185,6 +206,39 @@ def report_step(
         send(handler, event, int(time.time() * 1000), attributes, failure)
     except Exception:  # never the agent's problem
         _logger.debug("elastic-otel: agent step %s not reported", step, exc_info=True)
+
+
+def report_duration(agent: Any, handler: OtelHandler, state: str, duration_ms: float) -> None:
+    """An agent event with its duration, as torch 2.4 on records one (``record_duration``)."""
+    try:
+        if not reports_to_handler(agent, handler):
+            return
+        from torch.distributed.elastic.events import EventSource
+
+        event = construct(agent, state, EventSource.AGENT, None, duration_ms=duration_ms)
+        send(handler, event, int(time.time() * 1000), {})
+    except Exception:  # never the agent's problem
+        _logger.debug("elastic-otel: agent %s not reported", state, exc_info=True)
+
+
+def report_worker_starts(agent: Any, handler: OtelHandler, worker_group: Any, ids: Any) -> None:
+    """Each worker's ``START``, as torch 2.4 on records it once ``_start_workers`` returned
+    (``ids``: local rank → worker id), where the agent records none itself: ``ft_launcher``'s
+    copy of torch 2.3 (an agent with no ``event_log_handler`` of its own)."""
+    try:
+        spec = agent._worker_group.spec
+        if hasattr(spec, "event_log_handler") or not reports_to_handler(agent, handler):
+            return
+        from torch.distributed.elastic.events import EventSource
+
+        now_ms = int(time.time() * 1000)
+        for local_rank, worker_id in dict(ids or {}).items():
+            worker = worker_group.workers[local_rank]
+            worker.id = worker_id  # as the agent sets it right after: the event names it
+            event = construct(agent, WorkerState.START.value, EventSource.WORKER, worker)
+            send(handler, event, now_ms, {})
+    except Exception:  # never the agent's problem
+        _logger.debug("elastic-otel: worker starts not reported", exc_info=True)
 
 
 def step_error(error: BaseException) -> ErrorInfo:

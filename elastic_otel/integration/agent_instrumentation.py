@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from elastic_otel.bridge.handler import OtelHandler, get_handler
-from elastic_otel.integration.agent_events import report_step, reports_to_handler
+from elastic_otel.integration.agent_events import (
+    report_duration,
+    report_step,
+    report_worker_starts,
+    reports_to_handler,
+)
 from elastic_otel.integration.agent_observer import AgentObserver
 from elastic_otel.integration.goodput import GoodputWatch
 from elastic_otel.integration.training_watch import TrainingWatch
@@ -60,6 +65,8 @@ class AgentInstrumentation:
         self.watch = watch if watch is not None else TrainingWatch()
         self.goodput = goodput if goodput is not None else GoodputWatch()
         self.observer = AgentObserver(self.watch, self.goodput)
+        self.classes: Callable[[], dict[str, type]] = torch_classes
+        """The classes to wrap, by torch's names (``ft_launcher``'s copy of them, say)."""
 
     def instrument(self, force: bool = False, handler: OtelHandler | None = None) -> bool:
         """Wrap torch's agent methods (idempotent); ``False`` when not done.
@@ -84,7 +91,7 @@ class AgentInstrumentation:
                 )
                 return False
             try:
-                classes = torch_classes()
+                classes = self.classes()
             except ImportError as e:
                 _logger.debug("elastic-otel: agent not instrumented (%s)", e)
                 return False
@@ -98,7 +105,13 @@ class AgentInstrumentation:
                 )
                 for m in WRAPPED
             ]
-            problem = shape_problem(classes["SimpleElasticAgent"], targets)
+            simple = classes["SimpleElasticAgent"]
+            if not hasattr(simple, "record_duration"):  # torch 2.3's copy (ft_launcher's)
+                targets += [
+                    (classes[m.owner], m.name, m.wrapper(self.observer, handler, m.name), 0)
+                    for m in TIMED
+                ]
+            problem = shape_problem(simple, targets)
             if problem:
                 _logger.debug("elastic-otel: agent not instrumented: %s", problem)
                 return False
@@ -170,7 +183,7 @@ def shape_problem(agent_cls: type, targets: list[_Target]) -> str:
             params = list(inspect.signature(method).parameters)
         except (TypeError, ValueError):
             return f"{cls.__name__}.{name} has no signature"
-        if len(params) != arity:
+        if arity and len(params) != arity:
             return f"{cls.__name__}.{name}{tuple(params)} takes other arguments"
     construct = getattr(agent_cls, "_construct_event", None)
     if construct is None:
@@ -227,11 +240,44 @@ def _step_wrapper(observer: AgentObserver, handler: OtelHandler, method: str) ->
                     observer.attempt_ended(handler, self, lost=False, final=True)
             if step == "start_workers":
                 observer.workers_started(handler, self, args[0])
+                report_worker_starts(self, handler, args[0], result)  # torch's order
             return result
 
         return step_method
 
     return wrap
+
+
+def _timed_wrapper(_: AgentObserver, handler: OtelHandler, method: str) -> Wrapper:
+    """torch 2.4's ``record_duration`` events for an agent that records none: ``RENDEZVOUS``
+    (the rendezvous handler's part of ``_rendezvous``, up to the ranks' assignment) and
+    ``ASSIGN_WORKER_RANKS``, each with the duration measured here."""
+
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+            start = time.monotonic()
+            if method == "_assign_worker_ranks":
+                began = self.__dict__.pop(_RENDEZVOUS_START, None)
+                if began is not None:
+                    report_duration(self, handler, "RENDEZVOUS", (start - began) * 1000.0)
+            else:
+                self.__dict__[_RENDEZVOUS_START] = start
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                if method == "_assign_worker_ranks":
+                    duration_ms = (time.monotonic() - start) * 1000.0
+                    report_duration(self, handler, "ASSIGN_WORKER_RANKS", duration_ms)
+                elif self.__dict__.pop(_RENDEZVOUS_START, None) is not None:  # it raised first
+                    duration_ms = (time.monotonic() - start) * 1000.0
+                    report_duration(self, handler, "RENDEZVOUS", duration_ms)
+
+        return timed
+
+    return wrap
+
+
+_RENDEZVOUS_START = "_elastic_otel_rendezvous_start"
 
 
 def _watchdog_wrapper(observer: AgentObserver, handler: OtelHandler, _: str) -> Wrapper:
@@ -336,6 +382,24 @@ WRAPPED: tuple[WrappedMethod, ...] = (
     ),
 )
 """What the instrumentation wraps, and why."""
+
+TIMED: tuple[WrappedMethod, ...] = (
+    WrappedMethod(
+        "SimpleElasticAgent",
+        "_rendezvous",
+        (),
+        _timed_wrapper,
+        "torch 2.3's agent (ft_launcher's copy) records no RENDEZVOUS with its duration",
+    ),
+    WrappedMethod(
+        "SimpleElasticAgent",
+        "_assign_worker_ranks",
+        (),
+        _timed_wrapper,
+        "nor ASSIGN_WORKER_RANKS",
+    ),
+)
+"""Wrapped where the agent has no ``record_duration`` (torch before 2.4): its steps' events."""
 
 
 def add_worker_startup(envs: dict[int, dict[str, str]]) -> None:

@@ -88,11 +88,32 @@ class AgentState:
     """Its goodput ledger (:mod:`elastic_otel.integration.goodput`)."""
     left_early: set[int] = field(default_factory=set)
     """The global ranks of its current workers reported as having left the job first."""
+    reported: set[int] = field(default_factory=set)
+    """The global ranks of its current workers whose end was reported (an agent that monitors
+    again after it stopped the rest, as ``ft_launcher``'s does, reports each once)."""
+
+    def unreported(self, ended: Ended) -> tuple[Ended, bool]:
+        """The ends in ``ended`` not reported yet (now counted as reported), and whether they
+        are the attempt's first."""
+        first = not self.reported
+        new = {rank: end for rank, end in ended.items() if rank not in self.reported}
+        self.reported.update(new)
+        return new, first
 
     def closing_of_context(self, pcontext: Any) -> Closing | None:
         """:attr:`closing`, if it is ``pcontext``'s."""
         owner = self.closing_of() if self.closing_of is not None else None
         return self.closing if owner is not None and owner is pcontext else None
+
+
+def monitored_state(result: Any) -> str:
+    """The state of a monitor's ``RunResult`` whose workers' ends are reported:
+    ``ft_launcher``'s agent says ``UNHEALTHY`` while some workers failed and the others run
+    until it stops them; that is a failure too."""
+    state: str = getattr(getattr(result, "state", None), "name", "")
+    if state == WorkerState.UNHEALTHY and getattr(result, "failures", None):
+        return WorkerState.FAILED.value
+    return state
 
 
 class AgentObserver:
@@ -132,11 +153,12 @@ class AgentObserver:
         state = self.state(agent)
         state.oom_kills = oom_kill_count()
         state.left_early.clear()
+        state.reported.clear()
 
     def outcomes(self, handler: OtelHandler, agent: Any, worker_group: Any, result: Any) -> None:
         """The monitor saw the group FAILED or SUCCEEDED: date the failures, end the attempt
         when no restart is left, report every worker that ended."""
-        state_name = getattr(getattr(result, "state", None), "name", "")
+        state_name = monitored_state(result)
         if state_name not in (WorkerState.FAILED, WorkerState.SUCCEEDED):
             return  # HEALTHY, UNHEALTHY, UNKNOWN: nothing ended that the agent knows of
         failures = getattr(result, "failures", {}) or {}
@@ -155,29 +177,22 @@ class AgentObserver:
                 early = _left_early(pcontext, worker_group, ended, state.left_early)
                 state.left_early.update(early)
                 ended.update(early)
+        ended, first = state.unreported(ended)
+        if not ended and state_name == WorkerState.FAILED:
+            return  # each end was reported when the agent first saw it
         ends = [e for e, _ in ended.values()]
         failed_ns = failure_time_ns(ends)
-        if state_name == WorkerState.FAILED and failed_ns is not None:
-            state.failed_at = failed_ns / 1e9
-        if state_name == WorkerState.FAILED and getattr(agent, "_remaining_restarts", 1) <= 0:
-            self.attempt_ended(handler, agent, lost=True, final=True)  # no restart left
-        oom = self._oom_killed(state, ends)
+        if state_name == WorkerState.FAILED and first:  # the attempt's failure, first seen
+            state.failed_at = failed_ns / 1e9 if failed_ns is not None else state.failed_at
+            if getattr(agent, "_remaining_restarts", 1) <= 0:
+                self.attempt_ended(handler, agent, lost=True, final=True)  # no restart left
         root = root_cause(ends)
         root_rank = root.global_rank if root is not None else None
+        oom = self._oom_killed(state, ends)
         report_outcomes(
-            agent,
-            handler,
-            worker_group,
-            state_name,
-            failures,
-            returned,
-            ended,
-            root_rank,
-            oom,
-            now_ms,
-            self.output,
-            collective,
-        )
+            agent, handler, worker_group, state_name, failures, returned, ended, root_rank, oom,
+            now_ms, self.output, collective,
+        )  # fmt: skip
 
     def restart_facts(self, agent: Any, worker_group: Any) -> RecordAttributes:
         """What the start of a restart says about the recovery: its cause, the detection delay

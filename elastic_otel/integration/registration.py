@@ -95,6 +95,8 @@ class Registration:
         self.lowered: dict[logging.Logger, int] = {}
         self.filters: list[tuple[logging.Handler, logging.Filter]] = []
         self.agent_run: tuple[type, Any] | None = None  # torch's agent class, its own run
+        self.attachments: list[Callable[[], None]] = []  # each puts back what a launcher's
+        # attachment changed beside torch (ft_launcher's copy of torch's registry)
 
     # --- install ------------------------------------------------------------------------------
 
@@ -251,6 +253,8 @@ class Registration:
             for other, kept in self.filters:
                 other.removeFilter(kept)
             self.filters.clear()
+            while self.attachments:
+                self.attachments.pop()()
             if self.agent_run is not None:
                 cls, original = self.agent_run
                 if getattr(cls.__dict__.get("run"), _RUN_HOOK_FLAG, False):

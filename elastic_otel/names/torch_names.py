@@ -93,3 +93,8 @@ class NodeState(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+NVRX_ELASTIC: Final = "nvidia_resiliency_ext.fault_tolerance._torch_elastic_compat"
+"""nvidia-resiliency-ext 0.4's copy of torch 2.3's ``torch.distributed.elastic``, on which its
+``ft_launcher`` runs (``elastic_otel/integration/ft_launcher.py``)."""

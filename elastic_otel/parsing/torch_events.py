@@ -196,6 +196,7 @@ _ACTIONS: tuple[tuple[str, RdzvAction], ...] = (
     ("has sent a keep-alive heartbeat", RdzvAction.KEEP_ALIVE),
     ("updated its keep-alive heartbeat", RdzvAction.HEARTBEAT_UPDATED),
     ("has joined round", RdzvAction.JOINED),
+    ("has joined the rendezvous", RdzvAction.JOINED),  # NVRx 0.5's barrier: no round named
     ("added itself to the participants", RdzvAction.ADDED_TO_PARTICIPANTS),
     ("added itself to the wait list", RdzvAction.ADDED_TO_WAIT_LIST),
     ("added itself to the redundancy list", RdzvAction.ADDED_TO_REDUNDANCY_LIST),
@@ -209,6 +210,7 @@ _ACTIONS: tuple[tuple[str, RdzvAction], ...] = (
     ("failed to send a keep-alive heartbeat", RdzvAction.KEEP_ALIVE_FAILED),
     ("since they had no heartbeat", RdzvAction.DEAD_NODES_REMOVED),
     ("has closed the rendezvous", RdzvAction.CLOSED),
+    ("has permanently closed the rendezvous", RdzvAction.CLOSED),  # NVRx 0.5's barrier
     ("has failed to shutdown the rendezvous", RdzvAction.SHUTDOWN_FAILED),
 )
 

@@ -1,7 +1,8 @@
 """The launcher tests' job (tests/launchers/): a small ``DistributedDataParallel`` model on gloo,
 the same script under every launcher. Global rank ``FAIL_RANK`` fails at step 3 while its peers
 wait for it in DDP's gradient all-reduce (issued by DDP's C++ reducer, not Python): ``FAIL_HOW``
-``raise`` (an exception, exit code 1) or ``kill`` (SIGKILL, as the OOM killer sends). Plain
+``raise`` (an exception, exit code 1), ``kill`` (SIGKILL, as the OOM killer sends) or ``hang``
+(it sleeps for good, as a rank stuck outside collectives does). Plain
 torch, no ``elastic_otel`` call, no ``@record`` and no launcher's API: what the bridge reports
 must not depend on the launcher that started the job.
 """
@@ -17,6 +18,8 @@ import torch.distributed as dist
 
 
 def fail(how: str) -> None:
+    if how == "hang":  # bounded: a job the test could not end leaves nothing behind for long
+        time.sleep(float(os.environ.get("HANG_S", "120")))
     if how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     raise RuntimeError("injected failure: the loss is NaN")
