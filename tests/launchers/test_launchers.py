@@ -79,6 +79,14 @@ class LaunchedJob:
         )
 
 
+def launcher_env(receiver: OtlpReceiver, tmp_path: Path, **env: str) -> dict[str, str]:
+    """The tests' job environment with ``env``, the venv's launchers first on ``PATH``."""
+    environ = job_env(receiver, tmp_path, **env)
+    environ.pop("LOGLEVEL", None)  # torch's event loggers take their level from it
+    environ["PATH"] = os.pathsep.join((str(BIN), environ.get("PATH", "")))
+    return environ
+
+
 def launch(
     tmp_path: Path, command: Command, wait_for_workers: bool = True, **env: str
 ) -> LaunchedJob:
@@ -86,9 +94,7 @@ def launch(
     its own; ``env`` on top of the tests' job environment (no ``OTEL_*``, ``PET_*`` or
     ``ELASTIC_OTEL_*`` from this process)."""
     with OtlpReceiver("grpc") as receiver:
-        environ = job_env(receiver, tmp_path, **{"FAIL_RANK": "1", "FAIL_HOW": "raise", **env})
-        environ.pop("LOGLEVEL", None)  # torch's event loggers take their level from it
-        environ["PATH"] = os.pathsep.join((str(BIN), environ.get("PATH", "")))
+        environ = launcher_env(receiver, tmp_path, **{"FAIL_RANK": "1", "FAIL_HOW": "raise", **env})
         cmd = command(f"127.0.0.1:{free_port()}", f"launch-{uuid.uuid4().hex[:6]}")
         out = tmp_path / "output.txt"
         with out.open("w") as sink:  # a file: workers in sessions of their own keep no pipe open
@@ -458,12 +464,10 @@ def test_ft_launcher_names_the_hung_rank(tmp_path: Path) -> None:
     none yet, as tests/multinode/test_hangs_ddp.py allows too); then the job is ended as an
     operator would (SIGTERM)."""
     with OtlpReceiver("grpc") as receiver:
-        environ = job_env(
+        environ = launcher_env(
             receiver, tmp_path, FAIL_RANK="1", FAIL_HOW="hang", PET_EVENT_LOG_HANDLER="otel",
             ELASTIC_OTEL_STALL_AFTER="3",
         )  # fmt: skip
-        environ.pop("LOGLEVEL", None)
-        environ["PATH"] = os.pathsep.join((str(BIN), environ.get("PATH", "")))
         cmd = ft_launcher_command(f"127.0.0.1:{free_port()}", f"hang-{uuid.uuid4().hex[:6]}")
         with (tmp_path / "output.txt").open("w") as sink:
             proc = subprocess.Popen(
