@@ -71,6 +71,14 @@ def _training(jobs: SlurmJobs, job_id: str) -> None:
     jobs.wait_for(lambda: (jobs.tmp_path / "checkpoint").exists(), 120, f"job {job_id} training")
 
 
+def _snapshot_exported(jobs: SlurmJobs, job_id: str) -> None:
+    """Wait for an open-span snapshot of the job (``_assert_ended_by_sigterm`` checks that the
+    spans it showed open were exported ended): on a loaded machine the first checkpoint can
+    come before the first snapshot."""
+    snapshot = lambda: any(r["attributes"].get(A.PARTIAL_EVENT) for r in jobs.logs(job_id))  # noqa: E731
+    jobs.wait_for(snapshot, 60, f"job {job_id}: an open-span snapshot")
+
+
 def _attempt(record: dict) -> object:
     return record["resource"].get("slurm.job.restart_count")
 
@@ -113,8 +121,9 @@ def _slurm_time_ns(value: str) -> int:
 
 def test_a_requeued_job(slurm_jobs: SlurmJobs) -> None:
     jobs = slurm_jobs
-    job_id = jobs.submit(STEPS="120", STEP_SECONDS="0.1")
+    job_id = jobs.submit(STEPS="200", STEP_SECONDS="0.1")  # 20 s: the snapshot comes first
     _training(jobs, job_id)
+    _snapshot_exported(jobs, job_id)
     requeued_ns = time.time_ns()
     jobs.cluster.command("scontrol", "requeue", job_id)
     job = jobs.cluster.wait_job(job_id, {"COMPLETED", "FAILED"}, 240)
@@ -168,10 +177,7 @@ def test_scancel_mid_training(slurm_jobs: SlurmJobs) -> None:
     jobs = slurm_jobs
     job_id = jobs.submit(STEPS="100000", STEP_SECONDS="0.1")
     _training(jobs, job_id)
-    # the check below needs an open-span snapshot exported before the cancel: on a loaded
-    # machine the first checkpoint can come before the first snapshot
-    snapshot = lambda: any(r["attributes"].get(A.PARTIAL_EVENT) for r in jobs.logs(job_id))  # noqa: E731
-    jobs.wait_for(snapshot, 60, f"job {job_id}: an open-span snapshot")
+    _snapshot_exported(jobs, job_id)
     cancelled_ns = time.time_ns()
     jobs.cluster.command("scancel", job_id)
     job = jobs.cluster.wait_job(job_id, {"CANCELLED", "COMPLETED", "FAILED"}, 120)
