@@ -220,7 +220,7 @@ def _named(run: LinkRun) -> list[dict]:
 
 def _check_node_named(run: LinkRun, node_rank: int) -> None:
     """Node 0 named node ``node_rank`` (its host name) as the node whose link is slow, while
-    the fault lasted, and never the other node."""
+    the fault lasted, and never the other node alone."""
     slow_host = run.host(node_rank)
     named = _named(run)
     assert named, f"node 0 named no link\n{run.said()}"
@@ -244,7 +244,18 @@ def _check_node_named(run: LinkRun, node_rank: int) -> None:
             for line in evidence
         ), (evidence, run.said())
         assert run.fault_began_ns <= r["time_ns"], f"named before the fault\n{run.said()}"
-    wrong = [r for r in named if set(r["attributes"].get(A.LINK_NODES, [])) - {slow_host}]
+    # A record of scope "link" names the path between two nodes: in a two-node job the one
+    # path, slowed at whichever end; it may follow the node's naming once that end's queue
+    # drained (seen once in CI, after the fault, while the slowdown was still reported).
+    wrong = [
+        r
+        for r in named
+        if slow_host not in r["attributes"].get(A.LINK_NODES, [])
+        or (
+            r["attributes"].get(A.LINK_SCOPE) != "link"
+            and r["attributes"][A.LINK_NODES] != [slow_host]
+        )
+    ]
     assert wrong == [], f"node 0 named a node whose link was not slowed\n{run.said()}"
 
 
