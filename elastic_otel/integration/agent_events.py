@@ -55,7 +55,7 @@ from elastic_otel.names.torch_names import (
     AGENT_STEP_PREFIX,
     NCCL_TIMING_EVENT,
     NCCL_TIMING_STATE,
-    NVRX_ELASTIC,
+    NVRX_EVENT_HANDLERS,
     STACKS_STATE,
     WORKER_STACKS_EVENT,
     WorkerState,
@@ -75,7 +75,7 @@ def reports_to_handler(agent: Any, handler: OtelHandler) -> bool:
     such setting: its events go to its own copy's ``null`` destination."""
     destination = getattr(agent._worker_group.spec, "event_log_handler", None)
     if destination is None:
-        copy = sys.modules.get(f"{NVRX_ELASTIC}.events.handlers")
+        copy = sys.modules.get(NVRX_EVENT_HANDLERS)
         registry = getattr(copy, "_log_handlers", None)
         return isinstance(registry, dict) and registry.get("null") is handler
     from torch.distributed.elastic.events import handlers
@@ -221,20 +221,16 @@ def report_duration(agent: Any, handler: OtelHandler, state: str, duration_ms: f
         _logger.debug("elastic-otel: agent %s not reported", state, exc_info=True)
 
 
-def report_worker_starts(agent: Any, handler: OtelHandler, worker_group: Any, ids: Any) -> None:
-    """Each worker's ``START``, as torch 2.4 on records it once ``_start_workers`` returned
-    (``ids``: local rank → worker id), where the agent records none itself: ``ft_launcher``'s
-    copy of torch 2.3 (an agent with no ``event_log_handler`` of its own)."""
+def report_worker_starts(agent: Any, handler: OtelHandler, worker_group: Any) -> None:
+    """Each worker's ``START``, as torch 2.4 on records it once its workers started, for an
+    agent that records none itself (``ft_launcher``'s copy of torch 2.3)."""
     try:
-        spec = agent._worker_group.spec
-        if hasattr(spec, "event_log_handler") or not reports_to_handler(agent, handler):
+        if not reports_to_handler(agent, handler):
             return
         from torch.distributed.elastic.events import EventSource
 
         now_ms = int(time.time() * 1000)
-        for local_rank, worker_id in dict(ids or {}).items():
-            worker = worker_group.workers[local_rank]
-            worker.id = worker_id  # as the agent sets it right after: the event names it
+        for worker in worker_group.workers:
             event = construct(agent, WorkerState.START.value, EventSource.WORKER, worker)
             send(handler, event, now_ms, {})
     except Exception:  # never the agent's problem

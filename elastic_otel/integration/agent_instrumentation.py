@@ -109,7 +109,7 @@ class AgentInstrumentation:
             if not hasattr(simple, "record_duration"):  # torch 2.3's copy (ft_launcher's)
                 targets += [
                     (classes[m.owner], m.name, m.wrapper(self.observer, handler, m.name), 0)
-                    for m in TIMED
+                    for m in OLDER_AGENT
                 ]
             problem = shape_problem(simple, targets)
             if problem:
@@ -240,7 +240,6 @@ def _step_wrapper(observer: AgentObserver, handler: OtelHandler, method: str) ->
                     observer.attempt_ended(handler, self, lost=False, final=True)
             if step == "start_workers":
                 observer.workers_started(handler, self, args[0])
-                report_worker_starts(self, handler, args[0], result)  # torch's order
             return result
 
         return step_method
@@ -278,6 +277,18 @@ def _timed_wrapper(_: AgentObserver, handler: OtelHandler, method: str) -> Wrapp
 
 
 _RENDEZVOUS_START = "_elastic_otel_rendezvous_start"
+
+
+def _starts_wrapper(_: AgentObserver, handler: OtelHandler, __: str) -> Wrapper:
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def _initialize_workers(self: Any, worker_group: Any) -> Any:
+            result = original(self, worker_group)
+            report_worker_starts(self, handler, worker_group)
+            return result
+
+        return _initialize_workers
+
+    return wrap
 
 
 def _watchdog_wrapper(observer: AgentObserver, handler: OtelHandler, _: str) -> Wrapper:
@@ -383,7 +394,7 @@ WRAPPED: tuple[WrappedMethod, ...] = (
 )
 """What the instrumentation wraps, and why."""
 
-TIMED: tuple[WrappedMethod, ...] = (
+OLDER_AGENT: tuple[WrappedMethod, ...] = (
     WrappedMethod(
         "SimpleElasticAgent",
         "_rendezvous",
@@ -398,8 +409,16 @@ TIMED: tuple[WrappedMethod, ...] = (
         _timed_wrapper,
         "nor ASSIGN_WORKER_RANKS",
     ),
+    WrappedMethod(
+        "SimpleElasticAgent",
+        "_initialize_workers",
+        (),
+        _starts_wrapper,
+        "nor its workers' START events (once their ids are set)",
+    ),
 )
-"""Wrapped where the agent has no ``record_duration`` (torch before 2.4): its steps' events."""
+"""Wrapped where the agent has no ``record_duration`` (torch before 2.4): the events torch 2.4
+on records that it does not."""
 
 
 def add_worker_startup(envs: dict[int, dict[str, str]]) -> None:

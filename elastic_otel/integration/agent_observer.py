@@ -183,7 +183,8 @@ class AgentObserver:
         ends = [e for e, _ in ended.values()]
         failed_ns = failure_time_ns(ends)
         if state_name == WorkerState.FAILED and first:  # the attempt's failure, first seen
-            state.failed_at = failed_ns / 1e9 if failed_ns is not None else state.failed_at
+            if failed_ns is not None:
+                state.failed_at = failed_ns / 1e9
             if getattr(agent, "_remaining_restarts", 1) <= 0:
                 self.attempt_ended(handler, agent, lost=True, final=True)  # no restart left
         root = root_cause(ends)

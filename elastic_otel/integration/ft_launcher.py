@@ -1,7 +1,7 @@
 """NVIDIA resiliency-ext's ``ft_launcher`` (0.4): the bridge on its copy of torch's elastic agent.
 
 ``ft_launcher`` runs its own agent on a vendored copy of torch 2.3's elastic package
-(:data:`VENDORED`): its events go to that copy's handler registry, all of them to its ``null``
+(``NVRX_ELASTIC``): its events go to that copy's handler registry, all of them to its ``null``
 destination, and it never imports torch's rendezvous package, whose ``torchrun.handlers`` entry
 points activate the bridge under torchrun. It does import torch first, and torch loads its
 ``torch.backends`` entry points while it is imported: :func:`torch_imported` is one. Where the
@@ -28,10 +28,9 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from elastic_otel.names.torch_names import NVRX_ELASTIC
+from elastic_otel.names.torch_names import NVRX_ELASTIC, NVRX_EVENT_HANDLERS
 
-VENDORED = NVRX_ELASTIC
-AGENT_API = f"{VENDORED}.agent.server.api"
+AGENT_API = f"{NVRX_ELASTIC}.agent.server.api"
 ROUTED = ("null", "dynamic_rendezvous")
 """The copy's destinations the bridge gets: its agent records every event to ``null``, and it
 builds no rendezvous event while ``dynamic_rendezvous`` is a ``NullHandler``."""
@@ -139,8 +138,8 @@ class FtLauncherAttachment:
             return True
 
     def _route(self, handler: logging.Handler) -> None:
-        handlers = importlib.import_module(f"{VENDORED}.events.handlers")
-        events = importlib.import_module(f"{VENDORED}.events")
+        handlers = importlib.import_module(NVRX_EVENT_HANDLERS)
+        events = importlib.import_module(f"{NVRX_ELASTIC}.events")
         registry: dict[str, logging.Handler] = handlers._log_handlers
         for destination in ROUTED:
             if registry.get(destination) is not handler:
@@ -157,7 +156,7 @@ class FtLauncherAttachment:
             handler, self.handler = self.handler, None
             if handler is None:
                 return
-            handlers = importlib.import_module(f"{VENDORED}.events.handlers")
+            handlers = importlib.import_module(NVRX_EVENT_HANDLERS)
             registry = handlers._log_handlers
             for destination, previous in self.replaced.items():
                 if registry.get(destination) is handler and previous is not None:
@@ -173,7 +172,7 @@ def vendored_classes(agent_cls: type) -> dict[str, type]:
     ``LocalElasticAgent`` (``agent_cls``) and the copy's ``SimpleElasticAgent`` and
     ``PContext``."""
     api = importlib.import_module(AGENT_API)
-    processes = importlib.import_module(f"{VENDORED}.multiprocessing.api")
+    processes = importlib.import_module(f"{NVRX_ELASTIC}.multiprocessing.api")
     return {
         "SimpleElasticAgent": api.SimpleElasticAgent,
         "LocalElasticAgent": agent_cls,

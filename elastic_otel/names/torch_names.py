@@ -98,3 +98,5 @@ class NodeState(str, Enum):
 NVRX_ELASTIC: Final = "nvidia_resiliency_ext.fault_tolerance._torch_elastic_compat"
 """nvidia-resiliency-ext 0.4's copy of torch 2.3's ``torch.distributed.elastic``, on which its
 ``ft_launcher`` runs (``elastic_otel/integration/ft_launcher.py``)."""
+NVRX_EVENT_HANDLERS: Final = f"{NVRX_ELASTIC}.events.handlers"
+"""The copy's handler registry module (``_log_handlers``: destination → handler)."""

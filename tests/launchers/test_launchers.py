@@ -34,6 +34,7 @@ import pytest
 
 from elastic_otel.cli.timeline.analysis.build import build_timeline
 from elastic_otel.cli.timeline.render.text import render_text
+from elastic_otel.model.stalls import STALL_EVENT_NAME
 from elastic_otel.names import attributes as A
 from tests.support.jobs import LIGHT, SCRIPTS, TORCHRUN, job_env, span_attr
 from tests.support.otlp_receiver import OtlpReceiver, free_port
@@ -455,9 +456,6 @@ def test_ft_launcher_happy_job_with_elastic_otel_enabled(tmp_path: Path) -> None
     assert {A.SPAN_AGENT_RENDEZVOUS, A.SPAN_AGENT_START_WORKERS} <= {s["name"] for s in job.spans}
 
 
-STALL_EVENT = "torchelastic.stalled"
-
-
 def test_ft_launcher_names_the_hung_rank(tmp_path: Path) -> None:
     """Global rank 1 sleeps at step 3 while rank 0 waits for it in DDP's all-reduce: a stall
     report names rank 1 as the one waited for, as under torchrun (an earlier report may name
@@ -480,7 +478,7 @@ def test_ft_launcher_names_the_hung_rank(tmp_path: Path) -> None:
                     1,
                     90,
                     lambda r: (
-                        r["event_name"] == STALL_EVENT
+                        r["event_name"] == STALL_EVENT_NAME
                         and r["attributes"].get(A.STALLED_RANKS) is not None
                     ),
                 )
@@ -491,7 +489,7 @@ def test_ft_launcher_names_the_hung_rank(tmp_path: Path) -> None:
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait(10)
-        stalls = [r for r in receiver.logs() if r["event_name"] == STALL_EVENT]
+        stalls = [r for r in receiver.logs() if r["event_name"] == STALL_EVENT_NAME]
     output = (tmp_path / "output.txt").read_text(errors="replace")
     named = [r for r in stalls if r["attributes"].get(A.STALLED_RANKS) is not None]
     assert named, (stalls, output[-3000:])

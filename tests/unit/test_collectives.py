@@ -55,18 +55,21 @@ print("dumped", open(os.path.join(directory, "elastic_otel_collectives.json")).r
 """
 
 
+def _run(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` in a process of its own (``tmp_path`` its argument), which must succeed."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 def test_the_worker_thread_reads_every_process_group(tmp_path: Path) -> None:
     """A real process group: the default group's three all-reduces and a sub-group's
     broadcast are counted; a requested dump is torch's own pickle format. torch at times leaves
     the default group's last all_reduce open in its record for good (twice in CI, on 2.13 and
     2.14.1, even after 60 s; never in 18 runs here): it is then the only one open."""
-    done = subprocess.run(
-        [sys.executable, "-c", ONE_RANK_GROUP, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _run(ONE_RANK_GROUP, tmp_path)
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
     first = parse_collectives(json.loads(lines["first"]))
     assert first is not None and first.dumps == 0
@@ -101,13 +104,7 @@ atexit.register(report)
 def test_the_worker_thread_stops_before_the_interpreter_finalizes(tmp_path: Path) -> None:
     """A worker's main thread returns: the collectives thread leaves torch's functions and ends
     before the atexit handlers run, so that none of its reads outlives torch's statics."""
-    done = subprocess.run(
-        [sys.executable, "-c", EXITING_WORKER, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _run(EXITING_WORKER, tmp_path)
     assert done.stdout.split() == ["ended"]
 
 
