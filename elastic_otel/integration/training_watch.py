@@ -9,6 +9,8 @@ watch) and ``docs/trace-model.md`` (Recoveries and the training code).
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import logging
 import os
 import shutil
@@ -373,7 +375,7 @@ class TrainingWatch:
             if progress is None or progress.pid != worker.pid or progress.stack_signal <= 0:
                 continue
             try:
-                os.kill(worker.pid, progress.stack_signal)
+                signal_main_thread(worker.pid, progress.stack_signal)
             except OSError:  # gone already
                 continue
             asked.append(worker)
@@ -452,6 +454,28 @@ def _with_watchdog(stall: TrainingStall, workers: list[WatchedWorker]) -> Traini
     if not timed_out:
         return stall
     return replace(stall, timed_out=tuple(sorted(timed_out)), timeout_s=timeout_s)
+
+
+def signal_main_thread(pid: int, number: int) -> None:
+    """Send signal ``number`` to the main thread of process ``pid`` (``tgkill``), where the
+    C library has it, else to the process; ``OSError`` when the process is gone.
+
+    The stack signal's handler dumps the thread it interrupts: the main thread is the training
+    thread, and a process-directed signal may land on any other."""
+    tgkill = getattr(_libc(), "tgkill", None)
+    if tgkill is None:
+        os.kill(pid, number)
+        return
+    if tgkill(pid, pid, number) != 0:
+        raise OSError(ctypes.get_errno(), f"tgkill({pid}, {number})")
+
+
+@functools.cache
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:  # no C library to load
+        return None
 
 
 def _ask_dump(worker: WatchedWorker) -> int | None:

@@ -168,7 +168,7 @@ makes the rank's ``worker`` span (``TRACEPARENT``) the main thread's current con
 worker imports OpenTelemetry's tracing API, so that spans started without a parent are its
 children (docs/trace-model.md, "The worker span as the current context")."""
 ELASTIC_OTEL_STACK_SIGNAL = "ELASTIC_OTEL_STACK_SIGNAL"
-"""The signal on which a worker appends all its threads' Python stacks to its stacks file,
+"""The signal on which a worker appends its main thread's Python stack to its stacks file,
 for its agent to ask while the job hangs: ``SIGUSR1``, ``SIGUSR2`` or a real-time signal, by
 name (``SIGRTMIN+3``) or number (default ``SIGRTMIN+3``, which nothing else uses); ``none``
 (or anything else) arms none. A signal the worker already handles is left alone."""

@@ -121,6 +121,8 @@ _PAUSES_S = (0.001, 0.01)
 """Pauses before the last reads: a writer between its two stores of ``seq`` when the kernel
 took its CPU finishes once it gets it back."""
 _THREAD_HEADERS = ("Thread 0x", "Current thread 0x")
+_ONE_THREAD_HEADER = "Stack (most recent call first):"
+"""faulthandler's header of a dump of one thread (the stack signal's: the main thread)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +335,8 @@ def read_new_stacks(path: str, offset: int, max_bytes: int = MAX_STACK_BYTES) ->
 
 def split_dumps(text: str) -> list[str]:
     """``text`` (stacks-file content) cut into one string per dump: a dump lists every thread
-    once, so a thread seen again starts the next one."""
+    once (or one thread, under faulthandler's ``Stack`` header), so a thread seen again starts
+    the next one."""
     dumps: list[list[str]] = []
     seen: set[str] = set()
     for line in text.splitlines(keepends=True):
@@ -351,7 +354,9 @@ def split_dumps(text: str) -> list[str]:
 
 def _thread_id(line: str) -> str | None:
     """The thread a ``faulthandler`` section header names (``Thread 0x…`` / ``Current thread
-    0x…``)."""
+    0x…``; ``""`` for a one-thread dump's, which names none)."""
+    if line.startswith(_ONE_THREAD_HEADER):
+        return ""
     for prefix in _THREAD_HEADERS:
         if line.startswith(prefix):
             return line[len(prefix) - 2 :].split(" ", 1)[0]

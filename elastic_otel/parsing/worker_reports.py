@@ -416,14 +416,14 @@ def _last_lines(lines: list[str], limit: int) -> str:
 
 
 _FRAME = re.compile(r'^\s+File "(?P<path>[^"]*)", line (?P<line>\d+) in (?P<function>.+)$')
-_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-fA-F]+")
+_THREAD = re.compile(r"^((Current thread|Thread) 0x[0-9a-fA-F]+|Stack \(most recent call first\))")
 
 
 def main_thread_frame(dump: str) -> str | None:
-    """The innermost frame of the main thread in a ``faulthandler`` dump of all threads, as
-    "sleep at train.py:42" (``None`` when there is none). faulthandler does not say which
-    thread is the main one: it is the one whose outermost frame is the script's ``<module>``,
-    else the first listed."""
+    """The innermost frame of the main thread in a ``faulthandler`` dump (of every thread, or of
+    the main thread alone), as "sleep at train.py:42" (``None`` when there is none).
+    faulthandler does not say which thread is the main one: it is the one whose outermost frame
+    is the script's ``<module>``, else the first listed."""
     threads: list[list[re.Match[str]]] = []
     for line in dump.splitlines():
         if _THREAD.match(line):

@@ -307,8 +307,10 @@ def parse_stack_signal(value: str | None) -> int | None:
 
 
 def _dump_stacks_on_signal(directory: str) -> None:
-    """``faulthandler.register``: every thread's stack appended to the stacks file on the
-    stack signal (``docs/architecture.md``, The worker start-up)."""
+    """``faulthandler.register``: the stack of the thread the stack signal interrupts (the
+    agent sends it to the main thread) appended to the stacks file. Not every thread's:
+    faulthandler walks another thread's frames while that thread runs, and a worker whose other
+    threads run Python crashes (``docs/architecture.md``, The worker start-up)."""
     import faulthandler
     import signal
 
@@ -321,7 +323,7 @@ def _dump_stacks_on_signal(directory: str) -> None:
     fd = os.open(os.path.join(directory, env.WORKER_STACKS_FILE), flags, 0o600)
     try:
         # chain=False: the default action of a real-time signal is to terminate.
-        faulthandler.register(number, file=fd, all_threads=True, chain=False)
+        faulthandler.register(number, file=fd, all_threads=False, chain=False)
     except BaseException:
         os.close(fd)
         raise
