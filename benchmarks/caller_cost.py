@@ -14,6 +14,8 @@ and the OTLP/gRPC exporter), ``bridge`` (elastic-otel's ``otel`` destination: lo
 batch processors, OTLP/gRPC), and ``*-down`` variants whose endpoint is a closed port.
 Queue bounds are raised above the number of events so that no variant is flattered by drops;
 drops are reported anyway.
+
+Renders section 1 of BENCHMARKS.md (:func:`render`, :func:`targets`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ import time
 from typing import Any
 
 from benchmarks import common
-from benchmarks.common import settle, summarize
+from benchmarks.common import ratio, settle, summarize
+from benchmarks.format import Target
+from benchmarks.format import number as _f
+from benchmarks.format import table as _table
+from benchmarks.format import times as _x
 
 VARIANTS = ("null", "console", "sdk", "bridge", "sdk-down", "bridge-down")
 PACED_ROUNDS = 3
@@ -272,6 +278,164 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+TITLE = "## 1. Caller-thread cost per event"
+
+
+LABELS = {
+    "null": "torch `null`",
+    "console": "torch `console` (stream → /dev/null)",
+    "sdk": "OTel `LoggingHandler` (BLRP + OTLP/gRPC)",
+    "bridge": "elastic-otel `otel` (logs + spans, OTLP/gRPC)",
+    "sdk-down": "OTel `LoggingHandler`, collector down",
+    "bridge-down": "elastic-otel `otel`, collector down",
+}
+
+
+def render(caller: dict[str, Any]) -> list[str]:
+    """Section 1, from :func:`run`'s results."""
+    lines = [
+        TITLE,
+        "",
+        "Per call, `time.perf_counter_ns()` around `logger.info(json)` on torch's cached "
+        "destination logger (`events._get_or_create_logger(dest)`, the logger "
+        "`events.record(event, dest)` uses), in a fresh process per row pinned to one CPU; the "
+        "OTLP receiver runs in another process on the other CPU(s). Every row gets the same "
+        f"{caller['events']:,} measured events after {caller['warmup']:,} warm-up events "
+        "(exported before measuring), a full GC before measuring, GC left enabled (its "
+        "collections during the measurement are counted). Queue bounds (bridge, BLRP, BSP) are "
+        "4x the number of events, so no row is flattered by drops. *CPU/event* is the "
+        "process's CPU time (all threads: caller, bridge worker, exporters) from the first "
+        "measured event until everything was exported, divided by the events; *CPU above "
+        "null* subtracts the `null` row's (the loop and its sleeps).",
+        "",
+    ]
+    stream = caller.get("stream")
+    if stream:
+        lines += [
+            "Event stream (real torch objects serialized by torch): "
+            + ", ".join(f"{k} {v:,}" for k, v in stream.items())
+            + ".",
+            "",
+        ]
+    timer, ser = _ref(caller, "timer"), _ref(caller, "serialize")
+    if timer and ser:
+        lines += [
+            "References: timer overhead (empty `perf_counter_ns` pair) median "
+            f"{_f(timer['us']['median'], 2)} µs; torch's own `Event.serialize()` / "
+            f"`RdzvEvent.serialize()` (paid by torch before any handler runs) median "
+            f"{_f(ser['us']['median'])} µs, p99 {_f(ser['us']['p99'])} µs.",
+            "",
+        ]
+    for pace in caller["paces_us"]:
+        runs = paced_runs(caller, pace)
+        runs = {k: v for k, v in runs.items() if not k.endswith("-down")}
+        title = (
+            f"### Paced: one event every {pace} µs (background threads get to run between events)"
+            if pace
+            else "### Back to back (burst: background threads compete for the GIL)"
+        )
+        lines += [title, ""]
+        if any(r.get("round_medians_us") for r in runs.values()):
+            lines += [
+                "Measured in rounds: every variant in turn, three times, each round a third of the "
+                "events in a fresh process; samples pooled. The medians of the rounds are in "
+                "parentheses: their spread is the machine's drift, larger than some differences.",
+                "",
+            ]
+        sdk, null = runs.get("sdk"), runs.get("null")
+        rows = []
+        for name, r in runs.items():
+            us = r["us"]
+            recv = r.get("received") or {}
+            bs = r.get("bridge_stats") or {}
+            rounds = r.get("round_medians_us")
+            rows.append(
+                (
+                    LABELS.get(name, name),
+                    _f(us["median"])
+                    + (f" ({' / '.join(_f(m) for m in rounds)})" if rounds else ""),
+                    _f(us["p90"]),
+                    _f(us["p99"]),
+                    _f(us["p99.9"]),
+                    _f(us["max"]),
+                    _x(ratio(us["median"], sdk["us"]["median"])) if sdk else "n/a",
+                    _x(ratio(us["p99"], sdk["us"]["p99"])) if sdk else "n/a",
+                    _f(us["median"] - null["us"]["median"]) if null else "n/a",
+                    _f(r.get("cpu_us_per_event")),
+                    _f(r["cpu_us_per_event"] - null["cpu_us_per_event"])
+                    if null and r.get("cpu_us_per_event") is not None
+                    else "n/a",
+                    _f(r.get("gc_collections")),
+                    f"{_f(recv.get('logs'))} logs, {_f(recv.get('traces'))} spans / "
+                    f"{_f(r.get('sent_total'))} events"
+                    if name in ("sdk", "bridge")
+                    else "-",
+                    _f(bs.get("dropped_queue_full")) if bs else "-",
+                )
+            )
+        lines += _table(
+            [
+                "destination",
+                "median µs",
+                "p90",
+                "p99",
+                "p99.9",
+                "max",
+                "median ÷ LoggingHandler",
+                "p99 ÷ LoggingHandler",
+                "median - null",
+                "CPU µs/event (all threads)",
+                "CPU above null",
+                "GC runs",
+                "received by collector",
+                "bridge drops",
+            ],
+            rows,
+        )
+    return lines
+
+
+def targets(caller: dict[str, Any]) -> list[Target]:
+    """Section 1's row of the results table: the bridge's cost ÷ the `LoggingHandler`'s."""
+    rows: list[Target] = []
+    if "runs" in caller:
+        pace = caller["paces_us"][0]
+        runs = paced_runs(caller, pace)
+        if "bridge" in runs and "sdk" in runs:
+            r_med = ratio(runs["bridge"]["us"]["median"], runs["sdk"]["us"]["median"])
+            r_p99 = ratio(runs["bridge"]["us"]["p99"], runs["sdk"]["us"]["p99"])
+            invalid = runs["bridge"].get("export_incomplete") or runs["sdk"].get(
+                "export_incomplete"
+            )
+            rows.append(
+                (
+                    f"1. caller cost, bridge ÷ LoggingHandler (median, paced {pace} µs)",
+                    f"{_x(r_med)} ({_f(runs['bridge']['us']['median'])} vs "
+                    f"{_f(runs['sdk']['us']['median'])} µs); p99 {_x(r_p99)}"
+                    + (" - INVALID: not every record reached the collector" if invalid else ""),
+                    "≤ 0.5x",
+                    None if invalid else (r_med is not None and r_med <= 0.5),
+                )
+            )
+    return rows
+
+
+def paced_runs(caller: dict[str, Any], pace: int) -> dict[str, dict[str, Any]]:
+    """The runs paced ``pace`` µs apart, by variant (the references left out)."""
+    return {
+        r["variant"]: r
+        for r in caller.get("runs", [])
+        if r.get("pace_us") == pace and r["variant"] not in ("timer", "serialize")
+    }
+
+
+def _ref(caller: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((r for r in caller.get("runs", []) if r["variant"] == name), None)
 
 
 if __name__ == "__main__":

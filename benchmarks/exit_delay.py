@@ -11,6 +11,9 @@ Variants: ``none`` (no telemetry, torch's ``null`` destination), ``bridge`` (ela
 ``LoggerProvider`` with its default atexit shutdown, a ``BatchLogRecordProcessor`` with the
 OTLP/gRPC exporter, and ``LoggingHandler`` on torch's destination logger), each against a
 closed port, plus ``bridge``/``sdk`` against a live receiver for reference.
+
+Renders section 2 of BENCHMARKS.md, with the ``*-down`` rows of :mod:`benchmarks.caller_cost`
+(:func:`render`, :func:`targets`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from benchmarks.caller_cost import LABELS, paced_runs
+from benchmarks.format import Target
+from benchmarks.format import number as _f
+from benchmarks.format import table as _table
 
 SCRIPT = """\
 import sys, time
@@ -149,3 +156,126 @@ def run(quick: bool) -> dict[str, Any]:
         else ""
     )
     return {"events": n, "reps": reps, "variants": summary, "note": note}
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+TITLE = "## 2. Collector down"
+
+
+def render(caller: dict[str, Any], exit_: dict[str, Any]) -> list[str]:
+    """Section 2: the caller's cost with the collector down (section 1's `*-down`
+    variants) and :func:`run`'s exit delays."""
+    lines = [TITLE, ""]
+    if caller and "runs" in caller:
+        pace = caller["paces_us"][0]
+        runs = paced_runs(caller, pace)
+        lines += [
+            f"Caller cost with `OTEL_EXPORTER_OTLP_ENDPOINT` at a closed local port, paced "
+            f"{pace} µs, same method and stream as section 1:",
+            "",
+        ]
+        rows = []
+        for name in ("null", "sdk-down", "bridge-down"):
+            if name not in runs:
+                continue
+            r = runs[name]
+            us = r["us"]
+            bs = r.get("bridge_stats") or {}
+            rows.append(
+                (
+                    LABELS[name] + (" (reference: the noise floor)" if name == "null" else ""),
+                    _f(us["median"]),
+                    _f(us["p99"]),
+                    _f(us["p99.9"]),
+                    _f(us["max"]),
+                    _f(r.get("cpu_us_per_event")),
+                    _f(bs.get("dropped_queue_full")) if bs else "-",
+                )
+            )
+        lines += _table(
+            ["destination", "median µs", "p99", "p99.9", "max", "CPU µs/event", "bridge drops"],
+            rows,
+        )
+    if exit_ and "variants" in exit_:
+        lines += [
+            f"Exit delay: a script records {exit_['events']:,} events of the stream through "
+            "torch's `events.record` / `record_rdzv_event`, prints `time.monotonic()` and "
+            "returns; the delay is the time from that print to the process having exited "
+            f"(median of {exit_['reps']} runs, variants interleaved). *SDK default* = a global "
+            "`LoggerProvider` (its own atexit shutdown), `BatchLogRecordProcessor`, OTLP/gRPC "
+            "exporter, `LoggingHandler` as a torch destination.",
+            "",
+        ]
+        base = exit_["variants"].get("none-down", {}).get("exit_median_s")
+        rows = []
+        names = {
+            "none": "no telemetry (torch `null`)",
+            "bridge": "elastic-otel bridge",
+            "sdk": "SDK default",
+        }
+        for key, v in exit_["variants"].items():
+            variant, collector = key.rsplit("-", 1)
+            med = v["exit_median_s"]
+            rows.append(
+                (
+                    names.get(variant, variant),
+                    "down (closed port)" if collector == "down" else "up (receiver)",
+                    _f(med, 2),
+                    _f(v["exit_max_s"], 2),
+                    _f(med - base, 2) if med is not None and base is not None else "n/a",
+                    _f(v["wall_median_s"], 2),
+                    _f(v["timeouts"]),
+                )
+            )
+        lines += _table(
+            [
+                "script",
+                "collector",
+                "exit delay s (median)",
+                "worst",
+                "minus no-telemetry",
+                "whole run s",
+                "timeouts",
+            ],
+            rows,
+        )
+        if exit_.get("note"):
+            lines += [exit_["note"], ""]
+    return lines
+
+
+def targets(caller: dict[str, Any], exit_: dict[str, Any]) -> list[Target]:
+    """Section 2's rows of the results table: the caller's p99 and the exit delay."""
+    rows: list[Target] = []
+    if "runs" in caller:
+        pace = caller["paces_us"][0]
+        runs = paced_runs(caller, pace)
+        if "bridge-down" in runs:
+            p99 = runs["bridge-down"]["us"]["p99"]
+            floor = runs["null"]["us"]["p99"] if "null" in runs else None
+            rows.append(
+                (
+                    "2. caller p99, collector down",
+                    f"{_f(p99)} µs (torch `null` p99 in the same run: {_f(floor)} µs)",
+                    "≤ 200 µs",
+                    p99 <= 200,
+                )
+            )
+    if "variants" in exit_:
+        v = exit_["variants"]
+        base = v.get("none-down", {}).get("exit_median_s")
+        bridge = v.get("bridge-down", {}).get("exit_median_s")
+        worst = v.get("bridge-down", {}).get("exit_max_s")
+        if base is not None and bridge is not None:
+            delay = bridge - base
+            rows.append(
+                (
+                    "2. exit delay, collector down (bridge - no bridge)",
+                    f"{_f(delay, 2)} s median (worst run {_f((worst or bridge) - base, 2)} s)",
+                    "≤ 2 s",
+                    delay <= 2.0,
+                )
+            )
+    return rows

@@ -16,6 +16,8 @@ collective) and gloo's (empty); here the real record is moved behind NCCL's func
 tests' stand-in does, so the difference is the second record's read, measured interleaved with
 one; the C++ side of NCCL's own status read on a GPU is the H100's recorded figure
 (``tests/data/nccl-flight-recorder/costs.txt``), which the report quotes.
+
+Renders section 11 of BENCHMARKS.md (:func:`render`, :func:`targets`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ import threading
 import time
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, nccl_timing
+from benchmarks.format import Target
+from benchmarks.format import number as _f
+from benchmarks.format import table as _table
+from benchmarks.format import times as _x
+from benchmarks.gpu_step import recorded_gpu_step
 
 
 def child(config: dict[str, Any]) -> dict[str, Any]:
@@ -179,6 +186,180 @@ def run(quick: bool) -> dict[str, Any]:
         "nccl_added_us_median": statistics.median(raw["poll_two_records_us"])
         - statistics.median(raw["poll_one_record_us"]),
     }
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+TITLE = "## 11. Flight Recorder"
+
+
+def render(fr: dict[str, Any]) -> list[str]:
+    """Section 11, from :func:`run`'s results, and the figures recorded on lent GPUs (by
+    :mod:`benchmarks.gpu_step` and :mod:`benchmarks.nccl_timing`)."""
+    c = fr["config"]
+    lines = [
+        TITLE,
+        "",
+        "A real one-rank gloo process group whose Flight Recorder buffer is full (2,000 "
+        "entries), in a child pinned to one CPU (`benchmarks/flight_recorder.py`). Its training "
+        f"thread times blocks of {c['calls']:,} real `all_reduce` calls (256 floats) with the "
+        "worker's collectives thread running its own loop (a poll every 0.5 s, its shortest "
+        "period, and a status sample every 0.1 s between polls) and without it, "
+        f"interleaved ({c['blocks']} blocks each). Then: one poll of the thread (the status "
+        "read, and the file rewritten since a collective ran meanwhile), the agent's read of "
+        "that file per worker and check, and a whole-record dump, without stack traces, as a "
+        "stall or an open collective's identification takes it (it holds the GIL), and a "
+        "straggler window's poll (that read, and the arrivals of every entry kept).",
+        "",
+    ]
+    lines += _table(
+        ["measure", "median", "p90", "max"],
+        [
+            (
+                "`all_reduce` without the thread, µs",
+                _f(fr["collective_us"]["off"]["median"], 2),
+                _f(fr["collective_us"]["off"]["p90"], 2),
+                _f(fr["collective_us"]["off"]["max"], 2),
+            ),
+            (
+                "`all_reduce` with the thread, µs",
+                _f(fr["collective_us"]["on"]["median"], 2),
+                _f(fr["collective_us"]["on"]["p90"], 2),
+                _f(fr["collective_us"]["on"]["max"], 2),
+            ),
+            (
+                "the thread's poll, µs",
+                _f(fr["poll_us"]["median"]),
+                _f(fr["poll_us"]["p90"]),
+                _f(fr["poll_us"]["max"]),
+            ),
+            (
+                "the agent's read of a worker's file, µs",
+                _f(fr["agent_read_us"]["median"]),
+                _f(fr["agent_read_us"]["p90"]),
+                _f(fr["agent_read_us"]["max"]),
+            ),
+            (
+                "whole-record dump of 2,000 entries, ms",
+                _f(fr["dump_ms"]["median"], 2),
+                _f(fr["dump_ms"]["p90"], 2),
+                _f(fr["dump_ms"]["max"], 2),
+            ),
+            *(
+                [
+                    (
+                        "a straggler window's poll (2,000 new entries), ms",
+                        _f(fr["window_ms"]["median"], 2),
+                        _f(fr["window_ms"]["p90"], 2),
+                        _f(fr["window_ms"]["max"], 2),
+                    )
+                ]
+                if "window_ms" in fr
+                else []
+            ),
+            *(
+                [
+                    (
+                        "the thread's poll, gloo's record alone, µs",
+                        _f(fr["poll_one_record_us"]["median"]),
+                        _f(fr["poll_one_record_us"]["p90"]),
+                        _f(fr["poll_one_record_us"]["max"]),
+                    ),
+                    (
+                        "the thread's poll, NCCL's record and gloo's (empty), µs",
+                        _f(fr["poll_two_records_us"]["median"]),
+                        _f(fr["poll_two_records_us"]["p90"]),
+                        _f(fr["poll_two_records_us"]["max"]),
+                    ),
+                ]
+                if "poll_two_records_us" in fr
+                else []
+            ),
+        ],
+    )
+    lines += [
+        "",
+        f"With ÷ without the thread: median {_x(fr['ratio_median'], 3)}. A dump of 2,000 "
+        f"entries is {fr['dump_bytes'] / 1e3:,.0f} kB; the requested dump (read, completed "
+        f"and written by the thread) took {_f(fr['requested_dump_ms'], 1)} ms and wrote "
+        f"{fr['file_bytes'] / 1e3:,.0f} kB.",
+        "",
+    ]
+    if "nccl_added_us_median" in fr:
+        lines += [
+            "**NCCL's record.** In a NCCL job the thread reads two records each poll: NCCL's, "
+            "which holds the collectives, and gloo's, empty. The rows above measure that here "
+            "with the job's real record moved behind NCCL's functions (as the tests' stand-in "
+            "does): the second record adds "
+            f"{fr['nccl_added_us_median']:.1f} µs to the median poll on this machine. What "
+            "torch's own calls cost on a GPU was recorded on an H100 (torch 2.11.0+cu130, NCCL "
+            "2.28.9, the record full: `tests/data/nccl-flight-recorder/costs.txt`):",
+            "",
+            *_nccl_costs(),
+            "",
+        ]
+    gpu = recorded_gpu_step()
+    if gpu is not None:
+        lines += [
+            "**On a GPU.** What the bridge costs a real step cannot be measured on this machine. "
+            "`python -m benchmarks.gpu_step` runs a NCCL DDP job (one rank, 8 x Linear(4096), "
+            "batch 512, 300 steps) under torchrun with the bridge and without it, alternating; "
+            f"its last run on a lent machine ({gpu.device}, `{gpu.path}`, as printed):",
+            "",
+            *(f"- {line}" for line in gpu.lines),
+            "",
+        ]
+    return lines + nccl_timing.render()
+
+
+def targets(fr: dict[str, Any]) -> list[Target]:
+    """Section 11's rows of the results table: the thread's cost, NCCL's record, a GPU step."""
+    rows: list[Target] = []
+    if fr.get("ratio_median") is not None:
+        rows.append(
+            (
+                "11. training thread's real all_reduce with the collectives thread polling "
+                "(0.5 s) ÷ without",
+                f"{_x(fr['ratio_median'], 3)} median",
+                "≤ 1.01x",
+                fr["ratio_median"] <= 1.01,
+            )
+        )
+    if fr.get("nccl_added_us_median") is not None:
+        rows.append(
+            (
+                "11. what reading NCCL's record as well adds to the collectives thread's poll "
+                "(median; torch's own NCCL status call on an H100: section 11)",
+                f"{fr['nccl_added_us_median']:.1f} µs",
+                "≤ 20 µs",
+                fr["nccl_added_us_median"] <= 20,
+            )
+        )
+    gpu = recorded_gpu_step()
+    if gpu is not None:
+        rows.append(
+            (
+                f"11. a DDP step on a GPU with the bridge ÷ without (recorded: {gpu.device}, "
+                f"`{gpu.path}`)",
+                f"{_x(gpu.ratio, 4)} median",
+                "≤ 1.01x",
+                gpu.ratio <= 1.01,
+            )
+        )
+    return rows
+
+
+NCCL_COSTS = common.ROOT / "tests/data/nccl-flight-recorder/costs.txt"
+
+
+def _nccl_costs() -> list[str]:
+    """The H100's recorded costs of NCCL's dump functions, as recorded."""
+    try:
+        lines = NCCL_COSTS.read_text().splitlines()
+    except OSError:
+        return ["(the recorded costs are missing)"]
+    return [f"- {line.strip()}" for line in lines if ": median" in line]
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ they stay flat over hundreds of restarts.
 
 ``python -m benchmarks.footprint [--quick] [--restarts N]`` runs both and prints the report's
 section; ``python -m benchmarks.run --sections footprint`` puts it in BENCHMARKS.md.
+
+Renders section 13 of BENCHMARKS.md (:func:`render`, :func:`targets`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from benchmarks.format import Target
+from benchmarks.format import number as _f
+from benchmarks.format import table as _table
+from benchmarks.format import times as _x
 
 MODULE = "benchmarks.footprint"
 MB = 1024 * 1024
@@ -450,13 +456,177 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results here")
     parsed = parser.parse_args(args)
-    from benchmarks import report
-
     results = run(parsed.quick, parsed.restarts)
     if parsed.json:
         parsed.json.write_text(json.dumps(results, indent=1))
-    print("\n".join(report._footprint(results)))
+    print("\n".join(render(results)))
     return 0
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+TITLE = "## 13. Agent footprint"
+
+
+_FOOTPRINT_ROWS = (
+    ("threads", "threads of the agent process", 0, 1),
+    ("rss_mb", "RSS, MB", 1, 1),
+    ("fds", "open file descriptors", 0, 1),
+    ("cpu_s_per_s", "CPU, ms per second of wall time", 2, 1e3),
+)
+
+
+def render(fp: dict[str, Any]) -> list[str]:
+    """Section 13: a healthy agent with and without the bridge, and the soak of restarts."""
+    st, soak = fp["steady"], fp["soak"]
+    c = st["config"]
+    reps = c["reps"]
+    lines = [
+        TITLE,
+        "",
+        f"One torchrun agent (c10d on localhost) with {c['workers']} light workers (no torch: "
+        "each imports `elastic_otel` and marks a step every 100 ms), agent and workers pinned "
+        "to one CPU; without the bridge (`--event-log-handler null`, "
+        "`ELASTIC_OTEL_ENABLED=false`) and with it (`--event-log-handler otel`, OTLP/gRPC to "
+        f"the counting receiver on the other CPUs), alternating, {reps} "
+        f"run{'s' if reps > 1 else ''} each. Once every worker ran and {_f(c['settle_s'])} s "
+        f"more had passed, the agent process was sampled for {_f(c['window_s'])} s: its "
+        "threads (the most seen), RSS (the median), open file descriptors (the most) and CPU "
+        "seconds of all its threads (`utime + stime`, `/proc/<pid>/stat`) per second of wall "
+        "time. Medians of the runs; *paired* is the median of each run's difference with the "
+        "run beside it (`benchmarks/footprint.py`; why each thread is there: "
+        "[docs/architecture.md](docs/architecture.md#threads)).",
+        "",
+    ]
+    med, diff, paired = st["median"], st["difference"], st["paired_difference"]
+    rows = []
+    for key, label, digits, scale in _FOOTPRINT_ROWS:
+        rows.append(
+            (
+                label,
+                _f(med["without"][key] * scale, digits),
+                _f(med["with"][key] * scale, digits),
+                f"{diff[key] * scale:+,.{digits}f} (paired {paired[key] * scale:+,.{digits}f})",
+                _x(st["ratio"][key]),
+            )
+        )
+    lines += _table(["agent process", "without", "with", "with - without", "with ÷ without"], rows)
+    names = st["names"]
+    # The baseline's threads first, then the bridge's.
+    every = sorted(
+        set(names["without"]) | set(names["with"]), key=lambda n: (n not in names["without"], n)
+    )
+    cpu = st.get("cpu_by_thread") or {v: {} for v in names}
+
+    def cell(variant: str, name: str) -> str:
+        if name not in names[variant]:
+            return "-"
+        used = cpu[variant].get(name)
+        return f"{names[variant][name]} ({'-' if used is None else _f(used * 1e3, 2)})"
+
+    lines += [
+        "Its threads by name in the last run of each (Python's `threading` name; *native*: "
+        "a thread Python did not start, by its kernel name, `comm`), and in parentheses the CPU "
+        "they used, ms per second of wall time (each thread's time on a CPU, "
+        "`/proc/<pid>/task/<tid>/schedstat`; median of the runs):",
+        "",
+        *_table(
+            ["thread", "without", "with"],
+            ((f"`{n}`", cell("without", n), cell("with", n)) for n in every),
+        ),
+    ]
+    lines += [
+        f"### {soak['restarts']:,} restarts",
+        "",
+        f"One agent with the bridge, `--max-restarts={soak['restarts']}`, {soak['ranks']} "
+        "workers whose rank 0 fails 0.3 s after it starts in every attempt but the last; "
+        "OTLP/gRPC to a receiver; then the same agent without the bridge. Right after an "
+        f"attempt's rank 0 started, every {10 if soak['restarts'] > 20 else 2} restarts and at "
+        "the last, the agent's RSS, open file descriptors and threads were sampled. With the "
+        f"bridge: {soak['attempts']:,} attempts in {_f(soak['elapsed_s'], 0)} s "
+        f"({_f(soak['s_per_attempt'], 2)} s each), agent exit code {soak['exit_code']}; "
+        f"`worker` spans received: {soak['worker_spans']:,} ({soak['distinct_worker_spans']:,} "
+        f"distinct) of {soak['attempts']:,} attempts x {soak['ranks']} ranks = "
+        f"{soak['expected_worker_spans']:,}; their states: "
+        + ", ".join(f"{k} {v:,}" for k, v in soak["worker_span_states"].items())
+        + ".",
+        "",
+    ]
+    soaks = [("with", soak)]
+    if fp.get("soak_without"):
+        soaks.insert(0, ("without", fp["soak_without"]))
+    for name, one in soaks:
+        if one.get("failure"):
+            lines += [f"The agent {name} the bridge exited {one['exit_code']}:", "", "```",
+                      one["failure"], "```", ""]  # fmt: skip
+    rows = []
+    for key, label, digits, _ in _FOOTPRINT_ROWS:
+        for name, one in soaks:
+            v = one["summary"].get(key)
+            if v is None:
+                continue
+            rows.append(
+                (
+                    f"{label}, {name} the bridge",
+                    _f(v["first"], digits),
+                    _f(v["last"], digits),
+                    _f(v["max"], digits),
+                    f"{v['last'] - v['first']:+,.{digits}f}",
+                )
+            )
+    if rows:
+        first, last = soak["samples"][0]["restart"], soak["samples"][-1]["restart"]
+        lines += _table(
+            ["agent process", f"first (restart {first})", f"last (restart {last})", "max",
+             "last - first"],
+            rows,
+        )  # fmt: skip
+    sn = soak.get("names") or {}
+    if sn.get("first") is not None and sn.get("last") is not None:
+        if sn["first"] == sn["last"]:
+            lines += [
+                "With the bridge, the same threads by name at the first and the last sample.",
+                "",
+            ]
+        else:
+            changed = sorted(set(sn["first"]) | set(sn["last"]))
+            lines += [
+                "With the bridge, threads by name that differ between the first and the last "
+                "sample: "
+                + ", ".join(
+                    f"`{n}` {sn['first'].get(n, 0)} → {sn['last'].get(n, 0)}"
+                    for n in changed
+                    if sn["first"].get(n) != sn["last"].get(n)
+                )
+                + ".",
+                "",
+            ]
+    return lines
+
+
+def targets(fp: dict[str, Any]) -> list[Target]:
+    """The soak of restarts: every worker span of every attempt exported, once."""
+    soak = fp.get("soak")
+    if not soak:
+        return []
+    change = ", ".join(
+        f"{label} {_f(v['first'], 1 if key == 'rss_mb' else 0)} → "
+        f"{_f(v['last'], 1 if key == 'rss_mb' else 0)}"
+        for key, label in (("rss_mb", "RSS MB"), ("fds", "fds"), ("threads", "threads"))
+        if (v := soak["summary"].get(key))
+    )
+    return [
+        (
+            f"13. {soak['restarts']:,} restarts of one agent ({soak['ranks']} workers): worker "
+            "spans exported",
+            f"{soak['worker_spans']:,} of {soak['attempts']:,} attempts x {soak['ranks']} "
+            f"({soak['distinct_worker_spans']:,} distinct); {change}",
+            "= attempts x ranks",
+            soak["worker_spans"] == soak["distinct_worker_spans"] == soak["expected_worker_spans"]
+            and soak["exit_code"] == 0,
+        )
+    ]
 
 
 if __name__ == "__main__":

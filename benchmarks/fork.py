@@ -5,6 +5,8 @@ unreachable collector, so gRPC's threads are up) forks children that exit at onc
 times ``os.fork()`` to ``waitpid``: raising the default thread stack size (a memory map read),
 the fork, the child's finished threads on the inherited stacks, its exit. The same in
 processes with ``ELASTIC_OTEL_FORK_GUARD=false``, interleaved.
+
+Renders section 8 of BENCHMARKS.md (:func:`render`, :func:`targets`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ import time
 from typing import Any
 
 from benchmarks import common
+from benchmarks.format import Target
+from benchmarks.format import number as _f
+from benchmarks.format import table as _table
+from benchmarks.format import times as _x
 
 
 def child(config: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +87,55 @@ def run(quick: bool) -> dict[str, Any]:
         "ratio_median": common.ratio(on, off),
         "added_ms_median": (on - off) * 1e3,
     }
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+TITLE = "## 8. Fork guard"
+
+
+def render(fk: dict[str, Any]) -> list[str]:
+    """Section 8, from :func:`run`'s results."""
+    lines = [
+        TITLE,
+        "",
+        "A process with the bridge running (torch, three c10d stores, OTLP/gRPC to an "
+        f"unreachable collector: {fk['threads_in_parent']['guard on']} threads) forks "
+        f"{fk['forks']} children that exit at once, timed from `os.fork()` to `waitpid`, with "
+        "`ELASTIC_OTEL_FORK_GUARD` on and off, interleaved (`benchmarks/fork.py`). On: before "
+        "each fork the parent reads its memory map and raises the default thread stack size "
+        "above every stack in it, and restores it after (`elastic_otel/bridge/fork_safety.py`).",
+        "",
+    ]
+    lines += _table(
+        ["variant", "median ms", "mean", "p90", "max"],
+        (
+            (name, _f(v["median"], 2), _f(v["mean"], 2), _f(v["p90"], 2), _f(v["max"], 2))
+            for name, v in fk["variants"].items()
+        ),
+    )
+    lines += [
+        f"Fork round trip, on ÷ off: median {_x(fk['ratio_median'], 3)} "
+        f"({fk['added_ms_median']:+.2f} ms).",
+        "",
+    ]
+    return lines
+
+
+def targets(fk: dict[str, Any]) -> list[Target]:
+    """Section 8's row of the results table: a fork with the guard ÷ without."""
+    rows: list[Target] = []
+    if fk.get("ratio_median") is not None:
+        rows.append(
+            (
+                "8. fork of a bridged process, guard on ÷ off",
+                f"{_x(fk['ratio_median'], 3)} median ({fk['added_ms_median']:+.2f} ms)",
+                "≤ 1.10x",
+                fk["ratio_median"] <= 1.10,
+            )
+        )
+    return rows
 
 
 if __name__ == "__main__":

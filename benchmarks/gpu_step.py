@@ -7,19 +7,25 @@ machine's first GPU, 8 x Linear(WIDTH), BATCH rows) runs under torchrun with the
 with telemetry written to a file so that no collector is needed; it prints each run's median step
 time and the ratio of the medians, with ÷ without. Needs a CUDA device: it says so and exits 0
 where there is none. Not part of ``benchmarks.run``, which runs on the CPU.
+
+Its last run on a lent GPU (``benchmarks/recorded/gpu-*.txt``) is quoted in section 11 of
+BENCHMARKS.md (:func:`recorded_gpu_step`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import ROOT, clean_env
+from benchmarks.format import RECORDED
 
 SCRIPT = ROOT / "tests" / "scripts" / "gpu_ddp_train.py"
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
@@ -77,6 +83,35 @@ def main() -> None:
             print(f"{'with' if bridge else 'without'} the bridge: median step {ms:.3f} ms")
     with_, without = statistics.median(times[True]), statistics.median(times[False])
     print(f"with / without: {with_ / without:.4f}x (target <= 1.01x); telemetry {out}")
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordedGpuStep:
+    """``benchmarks.gpu_step``'s output as a lent GPU machine printed it (newest file)."""
+
+    path: str
+    device: str
+    ratio: float
+    lines: tuple[str, ...]
+
+
+@functools.cache  # the results table and section 11 both quote it: read once
+def recorded_gpu_step() -> RecordedGpuStep | None:
+    """The newest ``benchmarks/recorded/gpu-*.txt``'s step-time lines; ``None`` without one."""
+    files = sorted(RECORDED.glob("gpu-*.txt"))
+    if not files:
+        return None
+    text = files[-1].read_text().splitlines()
+    lines = tuple(line for line in text if line.startswith(("gpu_step:", "with", "without")))
+    found = [re.search(r"with / without: ([0-9.]+)x", line) for line in lines]
+    ratio = next((float(m.group(1)) for m in found if m), None)
+    device = next((line.split(", torch")[0][len("gpu_step: ") :] for line in lines[:1]), "")
+    if ratio is None or not device:
+        return None
+    return RecordedGpuStep(str(files[-1].relative_to(RECORDED.parents[1])), device, ratio, lines)
 
 
 if __name__ == "__main__":

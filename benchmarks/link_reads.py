@@ -11,6 +11,8 @@ laid out in a temporary directory: 4 devices of 2 ports, with an mlx5 port's cou
 model's share: a node's summary and its encoded value, and node 0's comparison of 16 nodes of
 64 peers. Prints a markdown table (ms) and the size of a published value of 64 peers. Not part
 of ``benchmarks.run``.
+
+Renders its recorded table into section 9 of BENCHMARKS.md (:func:`render`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from benchmarks.format import RECORDED
 
 COUNTERS = [
     "symbol_error",
@@ -219,6 +222,36 @@ def main() -> None:
         f"encoded NodeLinks: {len(encode(value))} bytes for {len(value.peers)} peers and"
         f" {len(value.nics)} RDMA ports"
     )
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+def render() -> list[str]:
+    """``python -m benchmarks.link_reads``'s table, from the newest
+    ``benchmarks/recorded/link-reads-*.txt`` (it prints markdown: kept as printed)."""
+    files = sorted(RECORDED.glob("link-reads-*.txt"))
+    if not files:
+        return []
+    rel = files[-1].relative_to(RECORDED.parents[1])
+    return [
+        "",
+        "### Slow links: the per-window reads",
+        "",
+        "What one node reads once per straggler window for the slow-link exchange "
+        "(docs/hangs.md, Slow links and slowdowns), on the exchange's thread, never the "
+        "training watch's or a worker's: the socket inodes of the agent and its workers, the "
+        "kernel's statistics of their TCP connections (sock_diag through `pyroute2`; the dump "
+        "holds every socket of the host, so the machine's other connections cost their share), "
+        "the interfaces they go out through (rtnetlink), the RDMA ports (sysfs, a laid-out tree: "
+        "this machine has no NIC), and the model's share; the store traffic is one value a "
+        "window per node (the size below at its bound of 64 peers, a few hundred bytes for a "
+        f"ring's few peers) and, on node 0, one `multi_get` of every node's (`{rel}`, as "
+        "printed by `python -m benchmarks.link_reads`):",
+        "",
+        *(line for line in files[-1].read_text().splitlines()),
+        "",
+    ]
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ steady state, not of a full queue). RSS is read from ``/proc/self/statm`` every
 Each run id gets the first ``events_per_run`` events of a node's life (join, agent steps,
 workers started, keep-alives), so spans stay open until the trace model's state bound
 (``ELASTIC_OTEL_MAX_OPEN_SPANS``) evicts them: the worst case for state.
+
+Renders section 5 of BENCHMARKS.md (:func:`render`, :func:`targets`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ import time
 from typing import Any
 
 from benchmarks import common
+from benchmarks.format import Target
+from benchmarks.format import number as _f
+from benchmarks.format import table as _table
 from elastic_otel.names.environment_variables import DEFAULT_MAX_OPEN_SPANS as DEFAULT_MAX_TRACKED
 
 MODULE = "benchmarks.memory"
@@ -114,6 +119,72 @@ def run(quick: bool) -> dict[str, Any]:
         lost_logs=res["events"] - res["received"]["logs"],
     )
     return res
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+TITLE = "## 5. Memory"
+
+
+def render(mem: dict[str, Any]) -> list[str]:
+    """Section 5, from :func:`run`'s results."""
+    cfg = mem["config"]
+    lines = [
+        TITLE,
+        "",
+        f"{mem['events']:,} events over {mem['runs']:,} run ids ({cfg['events_per_run']} "
+        "events each: join, agent steps, workers started, keep-alives; spans left open so that "
+        "the trace model's state bound has to evict them) through the bridge's "
+        f"parse + model + emit path, exporter: {mem['exporter']}. Sent through torch's `otel` "
+        f"logger in chunks of {cfg['chunk']:,}, waiting for the worker after each chunk. RSS "
+        f"from `/proc/self/statm` every {cfg['sample_every']:,} events, no forced GC. Start = "
+        "after `register()` (pipeline built), before the first event.",
+        "",
+        f"Start {_f(mem['start_rss_mb'])} MB; peak {_f(mem['peak_above_start_mb'])} MB above "
+        f"start. Warm-up = the first {mem.get('warmup_events', 0):,} events, after which the "
+        f"trace model's state bound ({DEFAULT_MAX_TRACKED:,} nodes and as many agents by "
+        "default) is full; after "
+        f"it RSS stays between {_f(mem.get('min_after_warmup_mb'))} and "
+        f"{_f(mem.get('max_after_warmup_mb'))} MB above start (spread "
+        f"{_f(mem['growth_after_warmup_mb'])} MB). {_f(mem['elapsed_s'], 1)} s in all; log "
+        f"records lost: {_f(mem['lost_logs'])}.",
+        "",
+    ]
+    start = mem["start_rss_mb"]
+    lines += _table(
+        ["events", "RSS MB", "above start MB", "elapsed s", "processed", "dropped"],
+        (
+            (
+                _f(s["events"]),
+                _f(s["rss_mb"]),
+                _f(s["rss_mb"] - start),
+                _f(s["elapsed_s"], 1),
+                _f(s["processed"]),
+                _f(s["dropped"]),
+            )
+            for s in mem["samples"]
+        ),
+    )
+    return lines
+
+
+def targets(mem: dict[str, Any]) -> list[Target]:
+    """Section 5's row of the results table: the peak, and the spread after the warm-up."""
+    rows: list[Target] = []
+    if "samples" in mem:
+        rows.append(
+            (
+                f"5. RSS, {mem['events']:,} events / {mem['runs']:,} run ids",
+                f"peak +{_f(mem['peak_above_start_mb'])} MB over start; after warm-up "
+                f"({mem.get('warmup_events', 0):,} events) between "
+                f"{_f(mem.get('min_after_warmup_mb'))} and {_f(mem.get('max_after_warmup_mb'))} "
+                f"MB above start",
+                "≤ 50 MB, flat (± 5 MB) after warm-up",
+                mem["peak_above_start_mb"] <= 50 and mem["growth_after_warmup_mb"] <= 5,
+            )
+        )
+    return rows
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ printing its median step and the collectives per step read from the Flight Recor
 probe child checks what ``ProcessGroup._enable_collectives_timing()`` does to collectives
 enqueued before and after it. ``--backend gloo --quick`` runs the same mechanics on the CPU.
 Needs a CUDA device otherwise (it says so and exits 0). Not part of ``benchmarks.run``.
+
+Its last run on a lent GPU (``benchmarks/recorded/nccl-timing-*.txt``) is quoted in section 11
+of BENCHMARKS.md (:func:`render`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import socket
 import statistics
 import subprocess
@@ -27,6 +31,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from benchmarks.common import ROOT, clean_env
+from benchmarks.format import RECORDED
 
 DDP_DEFAULT_BUCKET_MB = 25.0
 QUICK_SCALE = 16  # --quick: widths and batches / 16, bucket caps / 256 (the same buckets)
@@ -490,6 +495,95 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         print("NCCL_TIMING_COST_US n/a (no configuration's difference exceeds its spread)")
     print(f"nccl_timing: {time.monotonic() - started:.0f} s")
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+H100_ALL_REDUCES_PER_STEP = 8
+"""DDP's all-reduces per step of 8 x Linear(4096): one bucket per 64 MB weight (the H200's
+record agrees: all-reduce #161 at step 20)."""
+H100_STEPS = ROOT / "tests/data/nccl-flight-recorder/README.md"
+"""The H100's timing-off / timing-on steps, recorded with the Flight Recorder fixtures."""
+
+
+def render() -> list[str]:
+    """What NCCL's timing events cost a collective, behind ``ELASTIC_OTEL_NCCL_TIMING=auto``:
+    ``python -m benchmarks.nccl_timing`` as a lent GPU printed it (the newest
+    ``benchmarks/recorded/nccl-timing-*.txt``), else the H100's recorded steps."""
+    from elastic_otel.names.environment_variables import (
+        DEFAULT_NCCL_TIMING_BUDGET_PERCENT as budget,
+    )
+    from elastic_otel.names.environment_variables import DEFAULT_NCCL_TIMING_COST_US as cost
+
+    lines = [
+        "**NCCL timing's cost per collective.** `ELASTIC_OTEL_NCCL_TIMING=auto` (the default) "
+        "turns NCCL's timing events on in a worker whose collective rate x cost per collective "
+        f"is within {budget:g} % of wall time, with a cost of {cost:g} µs per collective "
+        f"(`ELASTIC_OTEL_NCCL_TIMING_COST_US`): about {budget / 100 / (cost * 1e-6):,.0f} "
+        "collectives a second at most (docs/hangs.md, NCCL timing by default).",
+        "",
+    ]
+    files = sorted(RECORDED.glob("nccl-timing-*.txt"))
+    if files:
+        text = files[-1].read_text().splitlines()
+        table = [line for line in text if line.startswith("|")]
+        heads = [line for line in text if line.startswith(("nccl_timing:", "NCCL_TIMING_COST_US"))]
+        rel = files[-1].relative_to(RECORDED.parents[1])
+        return [
+            *lines,
+            f"`python -m benchmarks.nccl_timing` on a lent GPU (`{rel}`, as printed: timing "
+            "off and on alternating, one rank):",
+            "",
+            *table,
+            "",
+            *(f"- {line}" for line in heads),
+            "",
+        ]
+    rows = _h100_timing_rows()
+    return [
+        *lines,
+        "`python -m benchmarks.nccl_timing` (DDP with small and default buckets, FSDP's "
+        "per-layer collectives, a small step; timing off and on alternating) has not run on a "
+        "GPU yet. The figure behind the default is the H100's, recorded with the Flight "
+        "Recorder fixtures (`tests/data/nccl-flight-recorder/README.md`: DDP, one rank, median "
+        "of 400 steps, three alternating runs each):",
+        "",
+        "| model | timing off, ms | timing on, ms | spread off / on, ms | on - off, ms | "
+        "all-reduces / step | µs / collective | % of step | resolved |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def _h100_timing_rows() -> list[str]:
+    """The H100's timing-off / timing-on table, with what it says per collective."""
+    try:
+        text = H100_STEPS.read_text()
+    except OSError:
+        return ["| (the recorded steps are missing) | | | | | | | | |"]
+    rows = []
+    for found in re.finditer(
+        r"^\| (8 \u00d7 Linear\((\d+)\), batch \d+) \| ([^|]+) \| ([^|]+) \|", text, re.M
+    ):
+        model, width = found.group(1), int(found.group(2))
+        off = [float(v) for v in re.findall(r"[0-9]+\.[0-9]+", found.group(3))]
+        on = [float(v) for v in re.findall(r"[0-9]+\.[0-9]+", found.group(4))[:3]]
+        if len(off) != 3 or len(on) != 3:
+            continue
+        diff = statistics.median(on) - statistics.median(off)
+        spread = max(max(off) - min(off), max(on) - min(on))
+        resolved = spread < diff
+        per = H100_ALL_REDUCES_PER_STEP if width == 4096 else None  # counted for that model only
+        us = f"{diff * 1e3 / per:.1f}" if per and resolved else "—"
+        rows.append(
+            f"| {model} | {', '.join(f'{v:.3f}' for v in off)} | "
+            f"{', '.join(f'{v:.3f}' for v in on)} | {max(off) - min(off):.3f} / "
+            f"{max(on) - min(on):.3f} | {diff:+.3f} | {per or 'not counted'} | {us} | "
+            f"{diff / statistics.median(off) * 100:+.2f} % | {'yes' if resolved else 'no'} |"
+        )
+    return rows
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ The training script notes when rank 1 failed and when each restarted worker bega
 worker start after the failure - the failure, i.e. until the whole job runs again (both agents
 noticed, stopped, re-rendezvoused and started their workers, which imported torch).
 ``TRAIN_OTEL=0``: the script adds no spans of its own, so what differs is the agents' bridge.
+
+Renders section 7 of BENCHMARKS.md (:func:`render`, :func:`targets`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from benchmarks.format import Target
+from benchmarks.format import failures as _failures
+from benchmarks.format import number as _f
+from benchmarks.format import table as _table
+from benchmarks.format import times as _x
 from benchmarks.startup import torchrun_job
 
 
@@ -112,3 +119,64 @@ def run(quick: bool) -> dict[str, Any]:
         statistics.median(o / b for o, b in pairs) if pairs else None
     )
     return out
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+TITLE = "## 7. Recovery"
+
+
+def render(rec: dict[str, Any]) -> list[str]:
+    """Section 7, from :func:`run`'s results."""
+    lines = [
+        TITLE,
+        "",
+        "The same real job run with and without `--event-log-handler otel`, interleaved, "
+        f"{rec['reps']} times each: two agents (c10d, one worker each, `--max-restarts=1`), "
+        "global rank 1 fails once before init; both agents restart their workers. Recovery: "
+        "from the failure to the last restarted worker's start, as the training script notes "
+        "them (`benchmarks/recovery.py`); wall: the whole job. The `otel` agents export to a "
+        f"local receiver (received: {rec['received']['logs']:,} logs, "
+        f"{rec['received']['traces']:,} spans).",
+        "",
+    ]
+    lines += _table(
+        ["variant", "recovery median s", "mean", "min", "wall median s", "all ok", "recoveries s"],
+        (
+            (
+                name,
+                _f(v["recovery"].get("median"), 2),
+                _f(v["recovery"].get("mean"), 2),
+                _f(v["recovery"].get("min"), 2),
+                _f(v["wall"].get("median"), 2),
+                _f(v["all_ok"]),
+                ", ".join(f"{r:.2f}" for r in v["recoveries"]),
+            )
+            for name, v in rec["variants"].items()
+        ),
+    )
+    lines += [
+        f"Recovery, with ÷ without: median {_x(rec['recovery_ratio_median'], 3)}, mean "
+        f"{_x(rec['recovery_ratio_mean'], 3)}, min {_x(rec['recovery_ratio_min'], 3)}, median "
+        f"of the paired (back-to-back) runs {_x(rec['recovery_ratio_paired_median'], 3)}. "
+        f"Whole failing job: median {_x(rec['wall_ratio_median'], 3)}.",
+        "",
+    ]
+    return lines + _failures(rec["variants"])
+
+
+def targets(rec: dict[str, Any]) -> list[Target]:
+    """Section 7's row of the results table: recovery with ÷ without."""
+    rows: list[Target] = []
+    if rec.get("recovery_ratio_median") is not None:
+        rows.append(
+            (
+                "7. recovery (worker failure → whole job running again), with ÷ without",
+                f"{_x(rec['recovery_ratio_median'], 3)} median "
+                f"({_x(rec['recovery_ratio_paired_median'], 3)} paired)",
+                "≤ 1.02x",
+                rec["recovery_ratio_median"] <= 1.02,
+            )
+        )
+    return rows

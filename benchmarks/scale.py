@@ -5,6 +5,8 @@ three events each) through the bridge into the counting receiver and measures th
 of a keep-alive log record, how many spans keep-alives produce (none: they are aggregated
 into the member span) and the CPU a keep-alive event costs the node (all threads). The
 parent combines that with the cluster shape: nodes x events per keep-alive / interval.
+
+Renders section 6 of BENCHMARKS.md (:func:`render`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import time
 from typing import Any
 
 from benchmarks import common
+from benchmarks.format import number as _f
+from benchmarks.format import table as _table
 
 MODULE = "benchmarks.scale"
 
@@ -258,6 +262,129 @@ def run(quick: bool, measured: dict[str, Any]) -> dict[str, Any]:
 
 def child(config: dict[str, Any]) -> dict[str, Any]:
     return measure_waiting(config) if config.get("waiting") else measure(config)
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+TITLE = "## 6. Scale on paper"
+
+
+def render(sc: dict[str, Any]) -> list[str]:
+    """Section 6, from :func:`run`'s results."""
+    t = sc["table"]
+    pat = sc["pattern"]
+    lines = [
+        TITLE,
+        "",
+        f"Keep-alive pattern in the captured job (`tests/data`): {pat['keep_alives']} keep-alives, "
+        f"{pat['preceded_by_update_and_sync']} of them recorded as the triple *updated its "
+        "keep-alive heartbeat time* → *successfully synced* (or *stale state*) → *has sent a "
+        "keep-alive heartbeat*: 3 rendezvous events per keep-alive. Measured for one node in "
+        f"steady state ({sc['keepalive_events_sent']:,} keep-alive events through the bridge "
+        f"into the receiver): {sc['keepalive_logs_received']:,} log records, "
+        f"{sc['spans_from_keepalives']} spans"
+        + (
+            " (keep-alives are counted on the open member span, not emitted as spans)"
+            if sc["spans_from_keepalives"] == 0
+            else ""
+        )
+        + f", {_f(sc['bytes_per_log'], 0)} bytes of OTLP protobuf per "
+        f"log record (uncompressed), {_f(sc['child']['cpu_us_per_event'])} µs of CPU per "
+        "keep-alive event on the node (all threads, export included).",
+        "",
+    ]
+    off = sc.get("heartbeat_logs_off")
+    tables = [t, off["table"]] if off else [t]
+
+    def cores(x: dict[str, Any]) -> str:
+        c = x.get("collector_cores")
+        return f"{_f(c, 3)} cores" if c is not None else "n/a"
+
+    def mb(x: dict[str, Any]) -> str:
+        return f"{_f(x['otlp_bytes_per_s'] / 1e6, 2)} MB/s"
+
+    def cpu(x: dict[str, Any]) -> str:
+        us = x["node_cpu_us_per_s"]
+        return f"{_f(us)} µs/s ({_f(us / 1e4, 4)} % of one core)"
+
+    rows = [
+        ("nodes (agents)", lambda x: _f(x["nodes"])),
+        ("keep-alive interval", lambda x: f"{x['keepalive_interval_s']:g} s"),
+        ("events per keep-alive", lambda x: _f(x["events_per_keepalive"])),
+        ("events per node per second", lambda x: _f(x["events_per_s_per_node"], 2)),
+        ("CPU per node for them", cpu),
+        ("log records/s into the collector tier", lambda x: _f(x["log_records_per_s"], 0)),
+        ("spans/s from keep-alives", lambda x: _f(x["spans_per_s"], 1)),
+        ("OTLP bytes/s (uncompressed protobuf)", mb),
+        ("export requests/s (one per keep-alive per node)",
+         lambda x: _f(x["export_requests_per_s"], 0)),
+        ("concurrent OTLP connections", lambda x: _f(x["connections"])),
+        ("collector CPU for it (rotel, measured µs/record in §3)", cores),
+        (f"re-rendezvous of all nodes ({t['restart_events_per_node']} events/node, 8 workers)",
+         lambda x: f"{_f(x['restart_storm_events'])} events within the rendezvous window"),
+    ]  # fmt: skip
+    headers = ["4,096-node job, 5 s keep-alives", "default (every event a log record)"]
+    if off:
+        headers.append("`ELASTIC_OTEL_HEARTBEAT_LOGS=false`")
+    lines += _table(headers, ((label, *(fn(x) for x in tables)) for label, fn in rows))
+    if off:
+        lines += [
+            f"With `ELASTIC_OTEL_HEARTBEAT_LOGS=false` (measured the same way): "
+            f"{off['keepalive_logs_received']:,} log records for "
+            f"{off['keepalive_events_sent']:,} keep-alive events, "
+            f"{_f(off['child']['cpu_us_per_event'])} µs of CPU per keep-alive event; the "
+            "keep-alives stay counted on the member span (`torchelastic.keep_alive.count`).",
+            "",
+        ]
+    lines += [
+        "**One collector must absorb all of it per round.** Every node derives the same trace "
+        "id for a rendezvous round without talking to the others: `trace_id = "
+        "blake2b(job salt, run_id, round)` (`elastic_otel/model/trace_ids.py`), and every log "
+        "record of that round carries it (keep-alive logs carry the member span's context). Scaled "
+        "out, the agent tier (`collector-config/gateway-agent.yaml`: one collector per node or "
+        "rack, any number) routes spans *and* logs with the `loadbalancing` exporter, "
+        "`routing_key: traceID`, over a consistent-hash ring of the backend collectors "
+        "(`gateway-backend.yaml`); all agents hold the same backend list, so every record of "
+        "a round lands on the same backend, which sees whole traces (tail sampling, "
+        "`groupbytrace`). Consequence for capacity: the agent tier spreads connections and "
+        "requests (4,096 connections, ~820 requests/s), but the steady keep-alive stream of "
+        "one job in one round is *one* trace id, so one backend takes the table's whole "
+        "record rate; the next round (new trace id) may land elsewhere, and different jobs "
+        "spread over the ring. When the backend list changes, ~1/N of trace ids move and a "
+        "round in flight can be split.",
+        "",
+    ]
+    lines += _open_spans(sc.get("open_spans"))
+    return lines
+
+
+def _open_spans(w: dict[str, Any] | None) -> list[str]:
+    if not w:
+        return []
+    on = w["on"]
+    lines = [
+        "### Open-span snapshots and stall reports",
+        "",
+        "What the bridge sends on its own, with no event recorded: one node with 8 running "
+        "workers and a second one stuck in a join, idle for "
+        f"{_f(on['seconds'], 0)} s, with snapshots every second and stall reports after 1 s "
+        f"against both off: {w['records']:,} more log records, "
+        f"{_f(w['bytes_per_record'], 0)} bytes each (OTLP protobuf; the span as OTLP JSON in "
+        f"the body), {_f(w['cpu_us_per_record'])} µs of CPU each on the node. The idle "
+        f"bridge without them costs {_f(w['idle_cpu_us_per_s_off'])} µs of CPU per second "
+        "(the worker's 50 ms poll). Neither runs on torch's threads.",
+        "",
+    ]
+    rows = [
+        ("snapshot records/s into the collector tier (member + 8 workers per node, every 30 s)",
+         _f(w["snapshot_records_per_s"], 0)),
+        ("CPU per node for them", f"{_f(w['node_cpu_us_per_s'])} µs/s"),
+        ("stall reports/s if every node is stalled (one per node per 60 s)",
+         _f(w["stall_records_per_s_all_stalled"], 0)),
+    ]  # fmt: skip
+    lines += _table([f"{w['nodes']:,}-node job, defaults", "value"], rows)
+    return lines
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ No threads and no network: each stage runs over the whole mixed stream in a loop
 Also: how many attributes the bridge's records carry, and what ``Resource.__hash__`` (called
 by the SDK's encoders once per record) costs. Uses the package's internal modules; if their
 names change this section fails and says so, the others are unaffected.
+
+Renders its part of section 3 of BENCHMARKS.md (:func:`render`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from benchmarks import common
+from benchmarks.format import number as _f
+from benchmarks.format import table as _table
 
 MODULE = "benchmarks.stages"
 BATCH = 512
@@ -180,6 +184,45 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
 def run(quick: bool) -> dict[str, Any]:
     config = {"events": 200 if quick else 10_000, "repeat": 1 if quick else 3}
     return common.run_child(MODULE, config, common.clean_env({"ELASTIC_OTEL_JOB_ID": "bench"}))
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+def render(st: dict[str, Any]) -> list[str]:
+    """Section 3's part "Where one event's CPU goes", from :func:`run`'s results."""
+    us = st["us_per_event"]
+    total = us.get("total (worker + exporters)") or 1.0
+    lines = [
+        "### Where one event's CPU goes",
+        "",
+        f"Each stage of the bridge timed alone, single-threaded, over {st['events']:,} events "
+        "of the same stream (best of several passes; `benchmarks/stages.py`). Per event: "
+        f"{st['logs_per_event']:.2f} log records and {st['spans_per_event']:.2f} spans; "
+        f"{st['attributes_per_log']:.1f} attributes per log record, "
+        f"{st['attributes_per_span']:.1f} per span, {st['events_per_span']:.2f} span events "
+        f"per span; the resource has {st['resource_attributes']} attributes. The sum is the "
+        "CPU one event costs on the worker and exporter threads; 20,000 events/s on one core "
+        "leaves 50 µs.",
+        "",
+    ]
+    lines += _table(
+        ["stage", "µs per event", "share"],
+        (
+            (name, _f(v), f"{100 * v / total:.0f} %" if "total" not in name else "")
+            for name, v in us.items()
+        ),
+    )
+    lines += _table(["per record", "µs"], ((k, _f(v)) for k, v in st["per_item"].items()))
+    sdk = st["logging_handler_us_per_event"]
+    lines += [
+        "OpenTelemetry's `LoggingHandler` on the same payloads (record = the JSON text as body, "
+        f"{st['logging_handler_attributes_per_log']:.0f} attributes): "
+        f"`emit` {_f(sdk['emit (caller thread)'])} µs on the caller's thread, encoding "
+        f"{_f(sdk['encode logs'])} µs, in all {_f(sdk['total'])} µs per event.",
+        "",
+    ]
+    return lines
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ Commands: ``python -c pass``; ``python -c "import torch.distributed.elastic.rend
 (which loads the ``torchrun.handlers`` entry points, so the package is registered but not
 activated: ``ELASTIC_OTEL_ENABLED`` unset); and a two-agent torchrun job
 (``examples/train.py``, c10d) with and without ``--event-log-handler otel``.
+
+Renders section 4 of BENCHMARKS.md (:func:`render`, :func:`targets`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from benchmarks.format import Target
+from benchmarks.format import failures as _failures
+from benchmarks.format import number as _f
+from benchmarks.format import table as _table
+from benchmarks.format import times as _x
 
 CACHE = Path(tempfile.gettempdir()) / "elastic-otel-bench"
 JOB_TIMEOUT_S = 120.0
@@ -324,3 +331,122 @@ def _describe_check(stdout: str) -> str:
     if len(words) != 2:
         return f"check failed: {stdout[-200:]!r}"
     return f"otel registered: {words[0]}, OTel SDK imported: {words[1]}"
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+TITLE = "## 4. Start-up"
+
+
+def render(st: dict[str, Any]) -> list[str]:
+    """Section 4, from :func:`run`'s results."""
+    lines = [
+        TITLE,
+        "",
+        "Wall time of whole processes, runs of the variants interleaved after warm-up runs, "
+        "from a neutral working directory; ratio ± error as hyperfine computes it. "
+        "Environments: " + "; ".join(f"*{k}* = `{v}`" for k, v in st["venvs"].items()) + ". "
+        "*without* is a venv made from the same interpreter whose site-packages symlinks every "
+        "entry of the project venv except elastic-otel's; *wheel install* adds a regular install "
+        "of a wheel built from this tree.",
+        "",
+    ]
+    for key, title in (
+        ("pass", "`python -c pass`"),
+        ("import_rendezvous", "`python -c \"import torch.distributed.elastic.rendezvous\"` "
+         "(`ELASTIC_OTEL_ENABLED` unset: registered, not activated)"),
+    ):  # fmt: skip
+        if key not in st:
+            continue
+        res = st[key]
+        lines += [f"### {title}, {res['runs']} runs each", ""]
+        lines += _table(
+            ["environment", "mean ms", "stdev", "median", "min", "ratio (mean)", "ratio (median)"],
+            (
+                (
+                    name,
+                    _f(v["mean_ms"]),
+                    _f(v["stdev_ms"]),
+                    _f(v["median_ms"]),
+                    _f(v["min_ms"]),
+                    f"{_x(v['ratio_mean'], 3)} ± {v['ratio_err']:.3f}",
+                    _x(v["ratio_median"], 3),
+                )
+                for name, v in res["variants"].items()
+            ),
+        )
+        if res.get("check"):
+            lines += [
+                "After the import: "
+                + "; ".join(f"*{k}*: {v}" for k, v in res["check"].items())
+                + ".",
+                "",
+            ]
+    tr = st.get("torchrun") or {}
+    lines += ["### Two-agent torchrun job (`examples/train.py`, c10d, 1 worker per agent)", ""]
+    if "skipped" in tr:
+        lines += [f"Skipped ({tr['skipped']}).", ""]
+    elif "variants" in tr:
+        lines += [
+            f"Both agents started together on this machine, wall time until both exited, "
+            f"{tr['reps']} repetitions each, alternating (a job still running after "
+            f"{tr.get('job_timeout_s', 120):.0f} s is killed, counted as hung and left out of the "
+            "times); the `otel` runs export to a local "
+            f"receiver (received: {tr['received']['logs']:,} logs, "
+            f"{tr['received']['traces']:,} spans).",
+            "",
+        ]
+        lines += _table(
+            ["variant", "mean s", "stdev", "median", "min", "all succeeded", "hung", "runs"],
+            (
+                (
+                    name,
+                    _f(v["mean_s"], 2),
+                    _f(v["stdev_s"], 2),
+                    _f(v["median_s"], 2),
+                    _f(v["min_s"], 2),
+                    _f(v["all_ok"]),
+                    _f(v.get("hung", 0)),
+                    ", ".join(f"{w:.2f}" for w in v["walls"]),
+                )
+                for name, v in tr["variants"].items()
+            ),
+        )
+        lines += [
+            f"Ratio with ÷ without: median {_x(tr['ratio_median'], 3)}, mean "
+            f"{_x(tr['ratio_mean'], 3)}, min {_x(tr['ratio_min'], 3)}.",
+            "",
+        ]
+        lines += _failures(tr["variants"])
+    return lines
+
+
+def targets(st: dict[str, Any]) -> list[Target]:
+    """Section 4's rows of the results table: with ÷ without, per command."""
+    rows: list[Target] = []
+    for key, label in (("pass", "`python -c pass`"), ("import_rendezvous", "import rendezvous")):
+        if key in st:
+            for name, v in st[key]["variants"].items():
+                if name == st[key]["baseline"]:
+                    continue
+                rows.append(
+                    (
+                        f"4. {label}, {name} ÷ without",
+                        f"{_x(v['ratio_mean'], 3)} ± {v['ratio_err']:.3f} "
+                        f"(median {_x(v['ratio_median'], 3)})",
+                        "≤ 1.05x",
+                        v["ratio_median"] <= 1.05,
+                    )
+                )
+    tr = st.get("torchrun") or {}
+    if tr.get("ratio_median") is not None:
+        rows.append(
+            (
+                "4. two-agent torchrun job, with ÷ without `--event-log-handler otel`",
+                f"{_x(tr['ratio_median'], 3)} median ({_x(tr['ratio_mean'], 3)} mean)",
+                "≤ 1.05x",
+                tr["ratio_median"] <= 1.05,
+            )
+        )
+    return rows

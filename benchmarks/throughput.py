@@ -12,15 +12,21 @@ batch queues set back to the SDK's own default (2,048 records, which the package
 its own bound unless the user set them), and far above a small bound, where the bridge must
 drop and count. Loss = events sent - log records the receiver counted. Then
 :mod:`benchmarks.stages` times the bridge's stages one by one to show where the CPU goes.
+
+Renders section 3 of BENCHMARKS.md (:func:`render`, :func:`targets`).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, stages
+from benchmarks.format import Target
+from benchmarks.format import number as _f
+from benchmarks.format import table as _table
 
 MODULE = "benchmarks.throughput"
 
@@ -142,10 +148,116 @@ def run(quick: bool) -> dict[str, Any]:
             del phases[1]
         for name, events_n, extra in phases:
             out["phases"].append(_phase(name, events_n, warmup, {**base, **extra}, rx, col))
-    from benchmarks import stages
-
     out["stages"] = stages.run(quick)
     return out
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+TITLE = "## 3. Throughput into a real collector"
+
+
+def render(tp: dict[str, Any]) -> list[str]:
+    """Section 3, from :func:`run`'s results (with :mod:`benchmarks.stages`' part)."""
+    lines = [
+        TITLE,
+        "",
+        f"Chain: measured process pinned to one CPU → OTLP/gRPC → {tp.get('collector', 'rotel')} "
+        "→ OTLP/gRPC → counting receiver (rotel and receiver on the other CPU). The stream is "
+        "sent back to back through torch's `otel` destination logger after a warm-up; "
+        "*exported in* = until `elastic_otel.flush()` returned, i.e. rotel acknowledged every "
+        "batch; events/s = events ÷ that time, on one CPU for caller, bridge worker and "
+        "exporters together. *End to end* = until the last record reached the receiver "
+        "through rotel. Lost = events sent - log records counted by the receiver (every event "
+        "becomes exactly one log record).",
+        "",
+    ]
+    rows = []
+    for p in tp["phases"]:
+        recv = p["received"]
+        records = recv["logs"] + recv["traces"]
+        rows.append(
+            (
+                p["phase"],
+                _f(p["events"]),
+                _f(p["send_s"], 2),
+                _f(p["process_s"], 2),
+                _f(p["export_s"], 2),
+                _f(p["events_per_s_exported"], 0),
+                _f(p["e2e_s"], 2),
+                _f(p["received_measured_logs"]),
+                _f(p["lost"]),
+                _f(p["counted"]),
+                _f(p["lost_unaccounted"]),
+                _f(p["collector_cpu_s"] / records * 1e6 if records else None, 2),
+            )
+        )
+    lines += _table(
+        [
+            "phase",
+            "events",
+            "sent in s",
+            "processed in s",
+            "exported in s",
+            "events/s (exported)",
+            "end to end s",
+            "logs received",
+            "lost",
+            "counted (all `dropped_*` counters)",
+            "lost, not counted",
+            "rotel CPU µs/record",
+        ],
+        rows,
+    )
+    above = tp["phases"][-1]
+    lines += [
+        f"`elastic_otel.stats()` after the above-bound phase ({above['phase']}), "
+        "counters of that phase:",
+        "",
+        "```json",
+        json.dumps(above["stats"], indent=2),
+        "```",
+        "",
+    ]
+    if tp.get("stages"):
+        lines += stages.render(tp["stages"])
+    return lines
+
+
+def targets(tp: dict[str, Any]) -> list[Target]:
+    """Section 3's rows of the results table: events/s, and what was lost."""
+    rows: list[Target] = []
+    if "phases" in tp:
+        below = tp["phases"][0]
+        rows.append(
+            (
+                "3. throughput, one core, bridge → rotel",
+                f"{_f(below['events_per_s_exported'], 0)} events/s",
+                "≥ 20,000 events/s",
+                (below["events_per_s_exported"] or 0) >= 20_000,
+            )
+        )
+        for phase in (p for p in tp["phases"] if p["phase"] == "below bound, package defaults"):
+            rows.append(
+                (
+                    f"3. loss below the queue bound ({phase['phase']})",
+                    f"{_f(phase['lost'])} of {_f(phase['events'])}",
+                    "0",
+                    phase["lost"] == 0,
+                )
+            )
+        above = tp["phases"][-1]
+        rows.append(
+            (
+                "3. loss above the bound is counted",
+                f"lost {_f(above['lost'])}, counted {_f(above['counted'])} "
+                f"(dropped_queue_full {_f(above['stats'].get('dropped_queue_full'))})",
+                "lost = counted",
+                above["lost"] == above["counted"],
+            )
+        )
+    return rows
 
 
 if __name__ == "__main__":

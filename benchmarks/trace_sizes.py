@@ -20,6 +20,8 @@ for one node at that world size.
   (``time.process_time``: every thread of the process, the export included, until the bridge
   has processed and ``flush()`` exported everything), then one more round under
   ``tracemalloc`` for the Python heap's peak and what stays allocated.
+
+Renders section 10 of BENCHMARKS.md (:func:`render`, :func:`targets`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ import time
 from typing import Any
 
 from benchmarks import common
+from benchmarks.format import Target
+from benchmarks.format import number as _f
+from benchmarks.format import size as _bytes
+from benchmarks.format import table as _table
 
 MODULE = "benchmarks.trace_sizes"
 TEMPO_MAX_BYTES_PER_TRACE = 5_000_000
@@ -232,6 +238,190 @@ def run(quick: bool) -> dict[str, Any]:
         "bridge": bridge,
         "bridge_reps": reps,
         "bridge_one_process": quick,
+    }
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+TITLE = "## 10. Trace sizes"
+
+
+def render(ts: dict[str, Any]) -> list[str]:
+    """Section 10, from :func:`run`'s results."""
+    tempo, jaeger = ts["tempo_max_bytes_per_trace"], ts["jaeger_max_spans"]
+    lines = [
+        TITLE,
+        "",
+        "What each trace of one rendezvous round weighs (issue 21; `benchmarks/trace_sizes.py` "
+        "over `benchmarks/rounds.py`, the code `tests/unit/test_trace_layout.py` checks). "
+        "Every node of the round (8 workers each, all succeeding) goes through a bridge "
+        "conversion of its own (parse → trace model → emitter → SDK spans, with the node's "
+        "resource), fed the events its agent records (real torch `Event` / `RdzvEvent` "
+        "objects serialized as torch does); every span is encoded as OTLP protobuf when it "
+        "ends. A trace's bytes are what Tempo counts against `max_bytes_per_trace`: its "
+        "encoded spans plus one resource and scope envelope per node with spans in it. Both "
+        "layouts: `ELASTIC_OTEL_ROUND_TRACE_MAX_NODES=0` (the whole round one trace) and the "
+        "default (past it, the round's trace keeps one `rendezvous.join` per node, and a "
+        "`worker.failure` per root cause, none here; each node's spans are a trace of their "
+        "own, linked both ways). *training spans*: the spans `examples/train.py` adds under "
+        "each `worker` span (`init_process_group`, `worker.first_step`, one `save_checkpoint`). "
+        "Every row is measured (none scaled from fewer nodes), in one child process (*CPU s to "
+        "size*: its CPU time for the row, conversion and encoding of every node); MB and KB "
+        f"are decimal. Limits: Tempo {_bytes(tempo)} per trace, Jaeger (on Elasticsearch) "
+        f"{jaeger:,} spans per query.",
+        "",
+    ]
+
+    def fits(ok: bool, largest: str) -> str:
+        return "yes" if ok else f"**no** ({largest})"
+
+    lines += _table(
+        ["nodes x 8", "layout", "training spans", "traces", "spans in all", "round's trace: "
+         "spans", "round's trace: bytes", "largest other trace: spans", "bytes",
+         f"Tempo ≤ {_bytes(tempo)}", f"Jaeger ≤ {jaeger:,} spans", "CPU s to size"],
+        (
+            (
+                _f(r["nodes"]),
+                r["layout"],
+                _f(r["training_spans"]),
+                _f(r["traces"]),
+                _f(r["spans"]),
+                _f(r["round_spans"]),
+                _bytes(r["round_bytes"]),
+                _f(r["other_spans"]) if r["other_spans"] is not None else "-",
+                _bytes(r["other_bytes"]),
+                fits(r["tempo_ok"], _bytes(r["max_bytes"])),
+                fits(r["jaeger_ok"], f"{r['max_spans']:,} spans"),
+                _f(r["cpu_s"], 1),
+            )
+            for r in ts["sizes"]
+        ),
+    )  # fmt: skip
+    one = sorted(
+        (r for r in ts["sizes"] if r["round_trace_max_nodes"] == 0), key=lambda r: r["nodes"]
+    )
+    for training in (False, True):
+        rows = [r for r in one if r["training_spans"] == training]
+        if len(rows) >= 2 and rows[-1]["nodes"] > rows[0]["nodes"]:
+            a, b = rows[0], rows[-1]
+            n = b["nodes"] - a["nodes"]
+            lines += [
+                f"One trace per round, {'with' if training else 'without'} the training "
+                f"spans: from {a['nodes']:,} to {b['nodes']:,} nodes the round's trace grows "
+                f"by {_f((b['round_spans'] - a['round_spans']) / n, 1)} spans and "
+                f"{_bytes((b['round_bytes'] - a['round_bytes']) / n)} per node.",
+                "",
+            ]
+    lines += _bridge_per_node(ts)
+    return lines
+
+
+def _bridge_per_node(ts: dict[str, Any]) -> list[str]:
+    rows = ts.get("bridge") or []
+    if not rows:
+        return []
+    lines = [
+        "### The bridge's own cost for one node, by world size",
+        "",
+        "One node's events of a round (the join, torch's rendezvous steps, its 8 workers "
+        "started and ended, a keep-alive, the exit barrier, the close: the same events at "
+        "every world size but for the size in them) recorded through torch's `otel` "
+        "destination logger into a real bridge (`elastic_otel.register()`, OTLP/gRPC to the "
+        "counting receiver), in a process pinned to one CPU"
+        + (
+            ", all world sizes in one process (quick mode)"
+            if ts.get("bridge_one_process")
+            else ", a fresh one per world size"
+        )
+        + ", after a warm-up round of another job. Each round is a new job. *CPU*: the "
+        "process's CPU time (all threads: the caller, the bridge's worker, the exporters) "
+        "from the first event until the bridge processed them all and `flush()` exported "
+        f"the records; median (and fastest) of {ts['bridge_reps']} rounds, the first round "
+        "apart. *Peak RSS*: `VmHWM` (reset through `/proc/self/clear_refs` just before) "
+        "during the first round, above the RSS before it (Linux counts RSS in per-thread "
+        "batches, so these are good to a few hundred KB either way); *Python heap*: one "
+        "more round under `tracemalloc` (exact), its peak and what was still allocated after "
+        "it.",
+        "",
+    ]
+    lines += _table(
+        ["world (nodes x 8)", "events", "records exported", "CPU µs per round, median",
+         "fastest", "first round CPU µs", "peak RSS above start KB", "RSS after, above start "
+         "KB", "Python heap peak KB", "Python heap retained KB"],
+        (
+            (
+                _f(r["world"]),
+                _f(r["events"]),
+                _f(r["records_exported"]),
+                _f(r["cpu_us_median"], 0),
+                _f(r["cpu_us_min"], 0),
+                _f(r["first_cpu_us"], 0),
+                _f(r["rss_peak_above_start_kb"]),
+                _f(r["rss_after_above_start_kb"]),
+                _f(r["heap_peak_kb"], 1),
+                _f(r["heap_retained_kb"], 1),
+            )
+            for r in rows
+        ),
+    )  # fmt: skip
+    return lines
+
+
+def targets(ts: dict[str, Any]) -> list[Target]:
+    """Section 10's rows of the results table: the largest trace's bytes and spans."""
+    if not ts.get("sizes"):
+        return []
+    rows = _default_layout_rows(ts)
+    with_, without = rows[True], rows[False]
+    one = next(
+        r
+        for r in ts["sizes"]
+        if r["nodes"] == with_["nodes"] and r["round_trace_max_nodes"] == 0 and r["training_spans"]
+    )
+    where = f"{with_['nodes']:,} nodes x 8, default layout ({with_['layout']}), with the "
+    where += "training script's spans"
+    split = with_["other_bytes"] is not None  # the round past the limit: a trace per node
+    return [
+        (
+            f"10. largest trace of a round, {where}: bytes",
+            f"{_bytes(with_['max_bytes'])} "
+            + (
+                f"(the round's trace {_bytes(with_['round_bytes'])}, each node's "
+                f"{_bytes(with_['other_bytes'])})"
+                if split
+                else "(the round is one trace)"
+            )
+            + f"; without the script's spans {_bytes(without['max_bytes'])}; one trace per "
+            f"round: {_bytes(one['max_bytes'])}",
+            f"≤ {_bytes(ts['tempo_max_bytes_per_trace'])} (Tempo's `max_bytes_per_trace`)",
+            with_["tempo_ok"] and without["tempo_ok"],
+        ),
+        (
+            f"10. largest trace of a round, {where}: spans",
+            f"{_f(with_['max_spans'])} "
+            + (
+                f"(the round's trace {_f(with_['round_spans'])}, each node's "
+                f"{_f(with_['other_spans'])})"
+                if split
+                else "(the round is one trace)"
+            )
+            + f"; without the script's spans {_f(without['max_spans'])}; one trace per round: "
+            f"{_f(one['max_spans'])}",
+            f"≤ {_f(ts['jaeger_max_spans'])} (Jaeger's spans per query)",
+            with_["jaeger_ok"] and without["jaeger_ok"],
+        ),
+    ]
+
+
+def _default_layout_rows(ts: dict[str, Any]) -> dict[bool, dict[str, Any]]:
+    """The largest round measured in the default layout: {training spans: its row}."""
+    nodes = max(ts["nodes"])
+    default = max(r["round_trace_max_nodes"] for r in ts["sizes"])
+    return {
+        r["training_spans"]: r
+        for r in ts["sizes"]
+        if r["nodes"] == nodes and r["round_trace_max_nodes"] == default
     }
 
 

@@ -16,6 +16,8 @@ receiver (:mod:`benchmarks.receiver`, started by the child) and a fresh
   limit: the thread's CPU (reading, cutting, parsing) per 10,000 lines, without a handler and
   with records emitted on the bridge's SDK logger; the process's CPU then (the SDK's export
   thread included, until flushed); and records per second into the receiver.
+
+Renders section 12 of BENCHMARKS.md (:func:`render`, :func:`targets`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ import time
 from typing import Any
 
 from benchmarks import common
+from benchmarks.format import Target
+from benchmarks.format import number as _f
+from benchmarks.format import table as _table
+from benchmarks.format import times as _x
 
 _WORKER = """
 import os, sys, time
@@ -205,6 +211,103 @@ def run(quick: bool) -> dict[str, Any]:
         "records_per_s": common.summarize(raw["records_per_s"]),
         "rate_limit": raw["rate_limit"],
     }
+
+
+# --- its part of BENCHMARKS.md -----------------------------------------------------------------
+
+
+TITLE = "## 12. Worker output"
+
+
+def render(wo: dict[str, Any]) -> list[str]:
+    """Section 12, from :func:`run`'s results."""
+    c = wo["config"]
+    lines = [
+        TITLE,
+        "",
+        f"A fresh worker process pinned to one CPU prints {c['lines']:,} lines on stderr as "
+        "fast as it can (`print`, one `write` a line) and times its loop; its stderr is "
+        "`/dev/null` (torch's console at its cheapest), a pipe drained by the agent, or the "
+        "file the bridge's capture gives it, read meanwhile by the agent's real reading "
+        "thread with the package's defaults (rate limit "
+        f"{_f(wo['rate_limit'], 0)} lines/s, counted drops) on the other CPUs; "
+        f"{c['blocks']} interleaved blocks (`benchmarks/worker_output.py`). Then the agent "
+        f"reads a file of {c['read_lines']:,} lines (plain, Python-logging, a six-line "
+        "traceback every 1,000 lines) to its end without a rate limit, on one thread: its "
+        "CPU without a handler (read, cut, parse) and with every record emitted on the "
+        "bridge's SDK logger, the process's CPU then (the SDK's export thread included, until "
+        "flushed), and the records per second into a counting OTLP/gRPC receiver.",
+        "",
+    ]
+    worker = wo["worker_s"]
+    lines += _table(
+        ["measure", "median", "p90", "max"],
+        [
+            *(
+                (
+                    f"worker's loop, stderr to {label}, ms",
+                    _f(worker[key]["median"] * 1e3),
+                    _f(worker[key]["p90"] * 1e3),
+                    _f(worker[key]["max"] * 1e3),
+                )
+                for key, label in (
+                    ("off", "/dev/null"),
+                    ("pipe", "a drained pipe"),
+                    ("on", "the captured file, read"),
+                )
+                if key in worker
+            ),
+            *(
+                (
+                    label,
+                    _f(wo[key]["median"]),
+                    _f(wo[key]["p90"]),
+                    _f(wo[key]["max"]),
+                )
+                for key, label in (
+                    ("parse_thread_ms", "reader's CPU per 10,000 lines, no handler, ms"),
+                    ("emit_thread_ms", "reader's CPU per 10,000 lines, records emitted, ms"),
+                    ("emit_process_ms", "agent's CPU per 10,000 lines, exported, ms"),
+                )
+            ),
+            (
+                "records per second into the receiver",
+                _f(wo["records_per_s"]["median"], 0),
+                _f(wo["records_per_s"]["p90"], 0),
+                _f(wo["records_per_s"]["max"], 0),
+            ),
+        ],
+    )
+    lines += [
+        "",
+        f"With ÷ without the bridge: median {_x(wo['ratio_median'], 3)} against `/dev/null`, "
+        f"{_x(wo.get('ratio_pipe_median'), 3)} against a drained pipe. The reader's file of "
+        f"{c['read_lines']:,} lines is {wo['file_bytes'] / 1e3:,.0f} kB and made "
+        f"{wo['records']:,} records; the receiver counted {wo['received']:,} of them (the "
+        "fewest of a run).",
+        "",
+    ]
+    return lines
+
+
+def targets(wo: dict[str, Any]) -> list[Target]:
+    """Section 12's row of the results table: the worker's loop with ÷ without the bridge."""
+    rows: list[Target] = []
+    if wo.get("ratio_pipe_median") is not None:
+        # Without the bridge the worker writes to the agent's stderr, the job's console: a pipe
+        # under a scheduler, a log shipper or `| tee`. /dev/null is in the section, not a target.
+        rows.append(
+            (
+                f"12. a worker printing {wo['config']['lines']:,} lines on stderr as fast as "
+                "it can, with the bridge (a captured file, read) ÷ without (the console: a "
+                "drained pipe)",
+                f"{_x(wo['ratio_pipe_median'], 3)} median (÷ /dev/null: "
+                f"{_x(wo['ratio_median'], 3)})",
+                "≤ 1.05x",
+                wo["ratio_pipe_median"] <= 1.05,
+            )
+        )
+    return rows
 
 
 if __name__ == "__main__":
