@@ -605,11 +605,37 @@ def render(fp: dict[str, Any]) -> list[str]:
     return lines
 
 
+THREADS_ADDED = 8
+"""Issue 48: threads the bridge may add to an agent of 8 workers (the SDK's and gRPC's too)."""
+CPU_ADDED_MS_PER_S = 5.0
+"""Issue 48: CPU the bridge may add to a healthy agent of 8 workers, ms per second."""
+
+
 def targets(fp: dict[str, Any]) -> list[Target]:
-    """The soak of restarts: every worker span of every attempt exported, once."""
+    """The healthy agent's added threads and CPU; the soak of restarts: every worker span of
+    every attempt exported, once."""
+    rows: list[Target] = []
+    steady = fp.get("steady")
+    if steady:
+        diff, workers = steady["difference"], steady["config"]["workers"]
+        cpu_ms = diff["cpu_s_per_s"] * 1e3
+        rows += [
+            (
+                f"13. threads the bridge adds to a healthy agent ({workers} workers)",
+                f"+{diff['threads']:.0f}",
+                f"≤ +{THREADS_ADDED}",
+                diff["threads"] <= THREADS_ADDED,
+            ),
+            (
+                f"13. CPU the bridge adds to a healthy agent ({workers} workers)",
+                f"{cpu_ms:+.2f} ms/s",
+                f"≤ +{CPU_ADDED_MS_PER_S:.0f} ms/s",
+                cpu_ms <= CPU_ADDED_MS_PER_S,
+            ),
+        ]
     soak = fp.get("soak")
     if not soak:
-        return []
+        return rows
     change = ", ".join(
         f"{label} {_f(v['first'], 1 if key == 'rss_mb' else 0)} → "
         f"{_f(v['last'], 1 if key == 'rss_mb' else 0)}"
@@ -617,6 +643,7 @@ def targets(fp: dict[str, Any]) -> list[Target]:
         if (v := soak["summary"].get(key))
     )
     return [
+        *rows,
         (
             f"13. {soak['restarts']:,} restarts of one agent ({soak['ranks']} workers): worker "
             "spans exported",
@@ -625,7 +652,7 @@ def targets(fp: dict[str, Any]) -> list[Target]:
             "= attempts x ranks",
             soak["worker_spans"] == soak["distinct_worker_spans"] == soak["expected_worker_spans"]
             and soak["exit_code"] == 0,
-        )
+        ),
     ]
 
 

@@ -44,6 +44,8 @@ from benchmarks.format import times as _x
 
 CACHE = Path(tempfile.gettempdir()) / "elastic-otel-bench"
 JOB_TIMEOUT_S = 120.0
+PASS_BOUND = 1.02
+"""Issue 48: ``python -c pass`` with the wheel installed ÷ without."""
 _OWN_ENTRIES = ("elastic_otel", "__editable__.elastic_otel", "__editable___elastic_otel")
 
 
@@ -423,20 +425,23 @@ def render(st: dict[str, Any]) -> list[str]:
 
 
 def targets(st: dict[str, Any]) -> list[Target]:
-    """Section 4's rows of the results table: with ÷ without, per command."""
+    """Section 4's rows of the results table: with ÷ without, per command. ``python -c pass``
+    in an editable install is measured but is no target: its import finder (at every start)
+    is the development set-up's, not what a user installs."""
     rows: list[Target] = []
     for key, label in (("pass", "`python -c pass`"), ("import_rendezvous", "import rendezvous")):
         if key in st:
             for name, v in st[key]["variants"].items():
-                if name == st[key]["baseline"]:
+                if name == st[key]["baseline"] or (key == "pass" and "editable" in name):
                     continue
+                bound = PASS_BOUND if key == "pass" else 1.05
                 rows.append(
                     (
                         f"4. {label}, {name} ÷ without",
                         f"{_x(v['ratio_mean'], 3)} ± {v['ratio_err']:.3f} "
                         f"(median {_x(v['ratio_median'], 3)})",
-                        "≤ 1.05x",
-                        v["ratio_median"] <= 1.05,
+                        f"≤ {bound:.2f}x",
+                        v["ratio_median"] <= bound,
                     )
                 )
     tr = st.get("torchrun") or {}

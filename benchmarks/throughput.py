@@ -29,6 +29,8 @@ from benchmarks.format import number as _f
 from benchmarks.format import table as _table
 
 MODULE = "benchmarks.throughput"
+TARGET_EVENTS_PER_S = 10_000
+"""Issue 48: eight workers at the default output rate send 8,000 records a second."""
 
 
 def measure(config: dict[str, Any]) -> dict[str, Any]:
@@ -234,8 +236,8 @@ def targets(tp: dict[str, Any]) -> list[Target]:
             (
                 "3. throughput, one core, bridge → rotel",
                 f"{_f(below['events_per_s_exported'], 0)} events/s",
-                "≥ 20,000 events/s",
-                (below["events_per_s_exported"] or 0) >= 20_000,
+                f"≥ {TARGET_EVENTS_PER_S:,} events/s",
+                (below["events_per_s_exported"] or 0) >= TARGET_EVENTS_PER_S,
             )
         )
         for phase in (p for p in tp["phases"] if p["phase"] == "below bound, package defaults"):
