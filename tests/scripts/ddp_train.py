@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -34,10 +35,20 @@ def stuck_data_loader() -> None:
 
 
 def stuck_loading_checkpoint() -> None:
+    """A read that blocks, as on a hung mount, until ``STARTUP_HANG_UNTIL`` exists (600 s at
+    most). One blocking call: the stack signal finds the rank on this line, never on a loop's
+    other line."""
     until = os.environ.get("STARTUP_HANG_UNTIL")
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and not (until and os.path.exists(until)):
-        time.sleep(0.2)  # STARTUP HANG LINE
+    read_end, write_end = os.pipe()
+
+    def mount_comes_back() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not (until and os.path.exists(until)):
+            time.sleep(0.2)
+        os.write(write_end, b"x")
+
+    threading.Thread(target=mount_comes_back, daemon=True).start()
+    os.read(read_end, 1)  # STARTUP HANG LINE
 
 
 def main() -> None:
