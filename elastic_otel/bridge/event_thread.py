@@ -1,9 +1,12 @@
 """The bridge's event thread: the one consumer of the event queue and owner of the trace model.
 
 torch's threads only append to a bounded deque (:meth:`EventThread.put`); one thread takes
-events off it and hands them to a :class:`Sink` (parsing, the trace model, emission). The
-thread polls every 50 ms and torch's thread wakes it only for a backlog: waking a sleeping
-thread per event costs the caller a futex call and often a context switch.
+events off it and hands them to a :class:`Sink` (parsing, the trace model, emission). While
+events come, the thread polls every 50 ms and torch's thread wakes it only for a backlog:
+waking a sleeping thread per event costs the caller a futex call and often a context switch.
+After a poll that found nothing it sleeps a second (the sink's time-driven work looks once a
+second), and the next event wakes it: an idle agent's event thread wakes once a second, not
+twenty times.
 
 Closing is a request to the event thread, not work done beside it: :meth:`EventThread.close`
 asks it to process what is queued and then :meth:`Sink.close` (end open spans), and waits.
@@ -29,6 +32,9 @@ from elastic_otel.names import environment_variables as env
 _logger = logging.getLogger("elastic_otel")
 
 _POLL_S = 0.05
+_IDLE_S = 1.0
+"""How long the event thread sleeps after a poll that found nothing: the sink's time-driven
+work (stall reports, open-span snapshots) looks at most once a second."""
 _WAKE_BACKLOG = 256
 _bridge_thread = threading.local()
 
@@ -43,7 +49,8 @@ class Sink(Protocol):
         """End everything still open; no :meth:`process` call follows."""
 
     def tick(self, now_ns: int) -> None:
-        """Called every poll interval (50 ms) with the wall clock: time-driven output."""
+        """Called after every poll (every 50 ms while events come, else at least once a
+        second) with the wall clock: time-driven output."""
 
 
 def inside_bridge() -> bool:
@@ -79,6 +86,7 @@ class EventThread:
         self._taken = 0  # events taken off it, by the owner thread only
         self._closed = threading.Event()
         self._stopped = False
+        self._asleep = False  # the event thread sleeps past a poll: the next put wakes it
         self._warned_drop = False
         self._warned_error = False
         self._thread: threading.Thread | None = None
@@ -114,7 +122,8 @@ class EventThread:
         if self._closed.is_set():  # closed between the check above and the append
             self._drop_queued()
             return
-        if len(queue) >= _WAKE_BACKLOG and not self._wake.is_set():
+        if self._asleep or (len(queue) >= _WAKE_BACKLOG and not self._wake.is_set()):
+            self._asleep = False
             self._wake.set()
 
     # --- any thread -------------------------------------------------------------------------
@@ -203,9 +212,14 @@ class EventThread:
 
     def _run(self) -> None:
         _bridge_thread.inside = True
+        found = True
         while not self._stopped:
-            self._wake.wait(_POLL_S)
+            # Asleep first, the queue looked at second: a put between the two sees the flag.
+            self._asleep = not found
+            self._wake.wait(_POLL_S if found or self._queue else _IDLE_S)
+            self._asleep = False
             self._wake.clear()
+            found = bool(self._queue or self._calls)
             with self._idle:
                 self._busy = True
             try:

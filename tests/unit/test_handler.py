@@ -36,10 +36,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from torch.distributed.elastic.events import Event, EventSource
 
+from elastic_otel.bridge.event_thread import EventThread
 from elastic_otel.bridge.handler import OtelHandler
 from elastic_otel.config import environment
 from elastic_otel.emit import counters
-from elastic_otel.emit.counters import DeliveryCounters
+from elastic_otel.emit.counters import DeliveryCounters, EventCounters
 from elastic_otel.emit.delivery import LogOutageBuffer, SpanOutageBuffer
 from elastic_otel.emit.pipeline import Pipeline
 from elastic_otel.integration import activation
@@ -695,3 +696,44 @@ def test_activation_lets_torchs_events_through_under_loglevel_warning(
         logger.removeHandler(bridge)
         bridge.shutdown()
         events._events_loggers.pop(destination, None)
+
+
+class _TimedSink:
+    """A sink that notes when each event and each tick reached it."""
+
+    def __init__(self) -> None:
+        self.processed: list[float] = []
+        self.ticks: list[float] = []
+
+    def process(self, payload: object, created: float) -> None:
+        self.processed.append(time.monotonic())
+
+    def close(self, reason: str, error: bool) -> None:
+        pass
+
+    def tick(self, now_ns: int) -> None:
+        self.ticks.append(time.monotonic())
+
+
+def test_an_idle_event_thread_sleeps_and_the_next_event_wakes_it() -> None:
+    """An agent between events costs a wake a second, not twenty; an event after a quiet
+    spell is not held until that second is up."""
+    sink = _TimedSink()
+    events = EventThread(sink, EventCounters(), 100)
+    events.start()
+    try:
+        events.put("first", time.time())
+        wait_until(lambda: bool(sink.processed), what="the first event")
+        time.sleep(0.2)  # the poll after it found nothing: asleep from now on
+        before = len(sink.ticks)
+        time.sleep(2.5)
+        assert len(sink.ticks) - before <= 4  # polling every 50 ms: 50 ticks
+        ticked = len(sink.ticks)
+        wait_until(lambda: len(sink.ticks) > ticked, what="a tick")  # a second's sleep begins
+        sent = time.monotonic()
+        events.put("second", time.time())
+        wait_until(lambda: len(sink.processed) == 2, what="the second event")
+        assert sink.processed[1] - sent < 0.5
+    finally:
+        events.close("test", False, 5.0)
+        events.stop()
