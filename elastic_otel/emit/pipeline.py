@@ -31,6 +31,10 @@ from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.environment_variables import (
     OTEL_BLRP_MAX_QUEUE_SIZE,
     OTEL_BSP_MAX_QUEUE_SIZE,
+    OTEL_EXPORTER_OTLP_COMPRESSION,
+    OTEL_EXPORTER_OTLP_LOGS_COMPRESSION,
+    OTEL_EXPORTER_OTLP_METRICS_COMPRESSION,
+    OTEL_EXPORTER_OTLP_TRACES_COMPRESSION,
     OTEL_SDK_DISABLED,
 )
 from opentelemetry.sdk.resources import Resource
@@ -64,6 +68,12 @@ _SIGNAL_ENV = {
     "metrics": OTEL_METRICS_EXPORTER,
 }
 _ENTRY_POINT_GROUP = {signal: f"opentelemetry_{signal}_exporter" for signal in _SIGNAL_ENV}
+_COMPRESSION_ENV = {
+    "traces": OTEL_EXPORTER_OTLP_TRACES_COMPRESSION,
+    "logs": OTEL_EXPORTER_OTLP_LOGS_COMPRESSION,
+    "metrics": OTEL_EXPORTER_OTLP_METRICS_COMPRESSION,
+}
+_OTLP_MODULE = "opentelemetry.exporter.otlp.proto."
 _SPAN_AND_LOG = ("traces", "logs")
 
 
@@ -152,14 +162,37 @@ def build_meter_provider(resource: Resource, gate: ExportGate | None = None) -> 
         if isinstance(cls, type) and issubclass(cls, MetricReader):
             readers.append(cls())
         else:
-            readers.append(PeriodicExportingMetricReader(gate_grpc_calls(cls(), gate)))
+            exporter = cls(**otlp_defaults("metrics", cls))
+            readers.append(PeriodicExportingMetricReader(gate_grpc_calls(exporter, gate)))
     return MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
 
 
 def load_exporter(signal: str, name: str, gate: ExportGate | None = None) -> Any:
     """Instantiate the exporter registered as ``name`` (it reads its own env configuration),
     its gRPC calls through ``gate`` when one is given."""
-    return gate_grpc_calls(exporter_class(signal, name)(), gate)
+    cls = exporter_class(signal, name)
+    return gate_grpc_calls(cls(**otlp_defaults(signal, cls)), gate)
+
+
+def otlp_defaults(signal: str, cls: Any) -> dict[str, Any]:
+    """What the bridge passes an OTLP exporter beyond its own variables: gzip, unless
+    ``OTEL_EXPORTER_OTLP_COMPRESSION`` or the signal's own variable chose (why:
+    ``docs/configuration.md``, Compression). Nothing for any other exporter."""
+    chosen = os.environ.get(OTEL_EXPORTER_OTLP_COMPRESSION) or os.environ.get(
+        _COMPRESSION_ENV[signal]
+    )
+    module = getattr(cls, "__module__", "")
+    if (chosen and chosen.strip()) or not module.startswith(_OTLP_MODULE):
+        return {}
+    if module.startswith(_OTLP_MODULE + "grpc"):
+        from opentelemetry.exporter.otlp.proto.grpc.exporter import Compression as Grpc
+
+        return {"compression": Grpc.Gzip}
+    if module.startswith(_OTLP_MODULE + "http"):
+        from opentelemetry.exporter.otlp.proto.http import Compression
+
+        return {"compression": Compression.Gzip}
+    return {}
 
 
 @dataclass

@@ -175,3 +175,38 @@ def test_bridge_through_rotel_arrives_intact(protocol: str, rotel_to, tmp_path: 
     }
     worker_failed = [s for s in spans if s["name"] == "worker" and s["status_code"] == "ERROR"]
     assert worker_failed and all(s["status_message"] for s in worker_failed)
+
+
+@pytest.mark.parametrize(
+    ("setting", "encodings"), [(None, {"gzip"}), ("none", {None}), ("gzip", {"gzip"})]
+)
+def test_exports_are_gzip_unless_the_user_chose(
+    setting: str | None, encodings: set[str | None], tmp_path: Path
+) -> None:
+    """Requests of 512 records are about 280 KB; rotel stalls 40 ms on each one over 64 KB
+    (a flow-control window), which held the bridge under 10,000 events a second into it.
+    gzip cuts them tenfold; ``OTEL_EXPORTER_OTLP_COMPRESSION`` still decides where it is set."""
+    extra = {"OTEL_EXPORTER_OTLP_COMPRESSION": setting} if setting else {}
+    with OtlpReceiver("http") as receiver:
+        env = job_env(
+            receiver,
+            tmp_path,
+            ELASTIC_OTEL_JOB_ID=SALT,
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            ELASTIC_OTEL_STALL_AFTER="0",
+            ELASTIC_OTEL_OPEN_SPAN_INTERVAL="0",
+            **extra,
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", REPLAY, str(DATA / "restart_node0.tsv")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        want_spans, want_logs = expected("restart_node0.tsv")
+        receiver.wait_for_logs(sum(want_logs.values()), timeout=20)
+        receiver.wait_for_spans(sum(want_spans.values()), timeout=20)
+        sent = receiver.request_headers
+    assert {h.get("content-encoding") for h in sent} == encodings, sent
