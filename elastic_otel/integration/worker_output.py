@@ -31,7 +31,13 @@ from elastic_otel.parsing.worker_output import STDERR, STDOUT, OutputReader, Rat
 _logger = logging.getLogger("elastic_otel")
 
 POLL_S = 0.1
-"""How often the files are read (torch's ``TailLog`` reads its every 0.1 s too)."""
+"""How often the files are read while workers write (torch's ``TailLog`` reads its every 0.1 s
+too)."""
+QUIET_POLL_S = 0.5
+"""How often once no worker wrote for :data:`QUIET_AFTER_S`: an agent of 8 quiet workers polled
+16 files ten times a second, its largest CPU cost but one (BENCHMARKS.md, section 13); a line
+after a quiet spell reaches the console up to this late. A worker's end is read at once."""
+QUIET_AFTER_S = 2.0
 CHUNK = 65536
 READ_PER_POLL = 8 * 1024 * 1024
 """Bytes read of one file per poll at most: what a worker writes faster waits on disk."""
@@ -137,8 +143,10 @@ class WorkerOutput:
 
     def _run(self) -> None:
         with bridge_section():  # what the SDK logs from here must not loop into the bridge
+            wrote = time.monotonic()  # when a worker last wrote
             while True:
-                self._wake.wait(POLL_S)
+                quiet = time.monotonic() - wrote >= QUIET_AFTER_S
+                self._wake.wait(QUIET_POLL_S if quiet else POLL_S)
                 self._wake.clear()
                 with self._lock:
                     streams = list(self._streams)
@@ -147,10 +155,14 @@ class WorkerOutput:
                 busy = False
                 for stream in streams:
                     try:
-                        busy |= self._pump(stream)
+                        read = self._pump(stream)
                     except Exception:  # never the agent's problem
                         stream.done = True
                         _logger.debug("elastic-otel: worker output not read", exc_info=True)
+                        continue
+                    if read:
+                        wrote = time.monotonic()
+                        busy |= read >= READ_PER_POLL
                 self._retire()
                 if busy:
                     self._wake.set()  # more is waiting: no sleep
@@ -167,8 +179,9 @@ class WorkerOutput:
                     self._ended.popitem(last=False)
             self._done.notify_all()
 
-    def _pump(self, stream: _Stream) -> bool:
-        """Read what is new in one file; ``True`` when more is left to read now."""
+    def _pump(self, stream: _Stream) -> int:
+        """Read what is new in one file; the bytes read (:data:`READ_PER_POLL`: more is left
+        to read now)."""
         finishing = stream.finishing  # read before the file: what follows it is all there
         reader = stream.reader
         reader.limit.refill(time.monotonic_ns())
@@ -177,7 +190,7 @@ class WorkerOutput:
             if stream.fd is None:
                 if finishing:
                     stream.done = True
-                return False
+                return 0
         read = 0
         while read < READ_PER_POLL:
             data = os.read(stream.fd, CHUNK)
@@ -196,7 +209,7 @@ class WorkerOutput:
         elif not read:
             reader.idle()
         self._emit(stream)
-        return more
+        return read
 
     def _emit(self, stream: _Stream) -> None:
         reader = stream.reader
