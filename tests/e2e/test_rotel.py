@@ -120,6 +120,23 @@ def expected(name: str) -> tuple[Counter, Counter]:
     return span_keys, log_keys
 
 
+def _replay(env: dict[str, str], receiver: OtlpReceiver) -> tuple:
+    """Replay the captured job through a bridge in a process of its own; (spans and logs
+    expected, spans and logs received), once all arrived."""
+    done = subprocess.run(
+        [sys.executable, "-c", REPLAY, str(DATA / "restart_node0.tsv")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    want_spans, want_logs = expected("restart_node0.tsv")
+    spans = receiver.wait_for_spans(sum(want_spans.values()), timeout=20)
+    logs = receiver.wait_for_logs(sum(want_logs.values()), timeout=20)
+    return want_spans, want_logs, spans, logs
+
+
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_bridge_through_rotel_arrives_intact(protocol: str, rotel_to, tmp_path: Path) -> None:
     with OtlpReceiver("grpc") as receiver:
@@ -136,17 +153,7 @@ def test_bridge_through_rotel_arrives_intact(protocol: str, rotel_to, tmp_path: 
             ELASTIC_OTEL_STALL_AFTER="0",
             ELASTIC_OTEL_OPEN_SPAN_INTERVAL="0",
         )
-        done = subprocess.run(
-            [sys.executable, "-c", REPLAY, str(DATA / "restart_node0.tsv")],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        want_spans, want_logs = expected("restart_node0.tsv")
-        spans = receiver.wait_for_spans(sum(want_spans.values()), timeout=20)
-        logs = receiver.wait_for_logs(sum(want_logs.values()), timeout=20)
+        want_spans, want_logs, spans, logs = _replay(env, receiver)
 
     got_spans = Counter(
         (
@@ -197,16 +204,6 @@ def test_exports_are_gzip_unless_the_user_chose(
             ELASTIC_OTEL_OPEN_SPAN_INTERVAL="0",
             **extra,
         )
-        done = subprocess.run(
-            [sys.executable, "-c", REPLAY, str(DATA / "restart_node0.tsv")],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        want_spans, want_logs = expected("restart_node0.tsv")
-        receiver.wait_for_logs(sum(want_logs.values()), timeout=20)
-        receiver.wait_for_spans(sum(want_spans.values()), timeout=20)
+        _replay(env, receiver)
         sent = receiver.request_headers
     assert {h.get("content-encoding") for h in sent} == encodings, sent

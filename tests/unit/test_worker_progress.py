@@ -323,6 +323,22 @@ def test_the_stack_signal_variable(value: str | None, expected: int | None) -> N
     assert startup.parse_stack_signal(value) == expected
 
 
+def _ready(
+    processes: list[subprocess.Popen[str]], env: dict[str, str], script: Path, *args: str
+) -> subprocess.Popen[str]:
+    """Start ``script`` as a worker and wait for its ``ready`` line."""
+    worker = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    processes.append(worker)
+    assert worker.stdout is not None and worker.stdout.readline() == "ready\n"
+    return worker
+
+
 SLEEPER = """
     import os, select, signal, sys, threading, time
 
@@ -360,15 +376,7 @@ def test_the_signal_appends_the_main_threads_stack_while_the_worker_is_blocked(
 ) -> None:
     script = write_script(tmp_path, SLEEPER)
     extra = {env.ELASTIC_OTEL_STACK_SIGNAL: variable} if variable else {}
-    worker = subprocess.Popen(
-        [sys.executable, str(script), blocked_in],
-        env=agent_environment(error_file, **extra),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    processes.append(worker)
-    assert worker.stdout is not None and worker.stdout.readline() == "ready\n"
+    worker = _ready(processes, agent_environment(error_file, **extra), script, blocked_in)
     progress = read_progress(str(error_file))
     assert progress is not None
     assert (progress.pid, progress.stack_signal) == (worker.pid, number)
@@ -422,15 +430,7 @@ def test_stack_requests_never_crash_a_worker_whose_other_threads_run_python(
     request for its stack, in CI). One thread's dump, the main thread's, reads only frames
     that stand still."""
     script = write_script(tmp_path, BUSY_THREADS)
-    worker = subprocess.Popen(
-        [sys.executable, str(script)],
-        env=agent_environment(error_file),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    processes.append(worker)
-    assert worker.stdout is not None and worker.stdout.readline() == "ready\n"
+    worker = _ready(processes, agent_environment(error_file), script)
     progress = read_progress(str(error_file))
     assert progress is not None and progress.stack_signal == RTMIN3
     for _ in range(20_000):
