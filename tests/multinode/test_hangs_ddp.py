@@ -36,6 +36,7 @@ from tests.support.jobs import (
     outputs_after_stopping,
     start_agent,
     stop_agents,
+    workers_left,
 )
 from tests.support.otlp_receiver import OtlpReceiver, free_port
 
@@ -117,7 +118,8 @@ def _hang(
         try:
             receiver.wait_until(lambda: named([0]) and named([2, 3]), 120)
         except TimeoutError as timeout:
-            raise AssertionError(f"{timeout}\n{outputs_after_stopping(agents)}") from None
+            said = workers_left(logs)
+            raise AssertionError(f"{timeout}\n{said}\n{outputs_after_stopping(agents)}") from None
         ours, theirs_first = named([0])[0], named([2, 3])[0]
         node1_first = next(
             r

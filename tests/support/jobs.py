@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -107,6 +108,34 @@ def outputs_after_stopping(agents: list[Agent], chars: int = 3000) -> str:
             f"--- agent {i} (pid {agent.proc.pid}, rc {agent.proc.returncode}):\n{out[-chars:]}"
         )
     return "\n".join(tails)
+
+
+def workers_left(log_dirs: list[Path], chars: int = 1500) -> str:
+    """What each worker under ``log_dirs`` left for its agent (its collectives file, the end of
+    its stacks file) and its threads' kernel state: read before the agents are stopped, so that
+    a failed wait on a hung job says whether a worker or only its reports stood still."""
+    from elastic_otel.names.environment_variables import (
+        WORKER_COLLECTIVES_FILE,
+        WORKER_STACKS_FILE,
+    )
+
+    said = []
+    for directory in sorted(p for d in log_dirs for p in d.glob("*/attempt_*/[0-9]*")):
+        collectives = directory / WORKER_COLLECTIVES_FILE
+        stacks = directory / WORKER_STACKS_FILE
+        text = collectives.read_text()[:chars] if collectives.exists() else "(no file)"
+        said.append(f"--- worker {directory}:\n{text}")
+        if stacks.exists():
+            said.append(f"stacks, last: {stacks.read_text()[-chars:]}")
+        try:
+            pid = int(json.loads(text)["pid"])
+            for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
+                name = (task / "comm").read_text().strip()
+                state = (task / "stat").read_text().rpartition(")")[2].split()[0]
+                said.append(f"  thread {task.name} {name}: {state} {(task / 'wchan').read_text()}")
+        except (OSError, ValueError, KeyError):
+            pass
+    return "\n".join(said)
 
 
 def stop_agents(agents: list[Agent]) -> None:
