@@ -105,7 +105,8 @@ def render(fk: dict[str, Any]) -> list[str]:
         f"{fk['forks']} children that exit at once, timed from `os.fork()` to `waitpid`, with "
         "`ELASTIC_OTEL_FORK_GUARD` on and off, interleaved (`benchmarks/fork.py`). On: before "
         "each fork the parent reads its memory map and raises the default thread stack size "
-        "above every stack in it, and restores it after (`elastic_otel/bridge/fork_safety.py`).",
+        "above every stack in it, and restores it after; the child starts a finished thread "
+        "on each of those stacks (`elastic_otel/bridge/fork_safety.py`).",
         "",
     ]
     lines += _table(

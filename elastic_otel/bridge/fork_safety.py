@@ -139,6 +139,7 @@ class ForkGuard:
         self.forked = False  # a forked child whose inherited stacks are not held yet
         self._restore = 0  # the default stack size the parent raised for a fork, or 0
         self._pthreads = _pthreads()
+        self._at_fork: list[int] | None = None  # the stacks read for the fork under way
 
     def watch(self) -> None:
         """Guard every fork from now on (idempotent)."""
@@ -154,6 +155,7 @@ class ForkGuard:
 
     def _before_fork(self) -> None:
         self._gate.before_fork()  # no export inside gRPC at the fork (emit/export_gate.py)
+        self._at_fork = None
         if self.bridge_running:
             # gRPC restarts its threads inside fork(), before any Python code runs in the
             # child: with a default stack size above every stack here, they take none of them.
@@ -169,20 +171,24 @@ class ForkGuard:
         self.forked = True
         if self.bridge_running:
             # The SDK's own fork hooks are about to restart the parent's export threads here.
-            self.hold_inherited_stacks()
+            # The child's map is the parent's at the fork, read just before it (gRPC's
+            # threads, stopped for the fork, left their stacks in glibc's cache): not again.
+            self.hold_inherited_stacks(self._at_fork)
         self.bridge_running = False
         self._restore_default_stack_size()
 
-    def hold_inherited_stacks(self) -> int:
+    def hold_inherited_stacks(self, stacks: list[int] | None = None) -> int:
         """In a forked child, once, before the bridge's first thread there: put a finished,
-        unjoined thread on each stack the parent left. How many; never raises."""
+        unjoined thread on each stack the parent left (``stacks``: their sizes, read from the
+        parent's map at the fork; by default from the child's map now). How many; never
+        raises."""
         with self._lock:
             if not self.forked or self._pthreads is None:
                 return 0
             self.forked = False
             held = 0
             try:
-                for block in thread_stack_sizes():
+                for block in thread_stack_sizes() if stacks is None else stacks:
                     # The request (size + guard page) equals the block: glibc hands out the
                     # cached block of exactly that size while one is left.
                     held += self._pthreads.start_finished_thread(block - _PAGE) != 0
@@ -196,7 +202,8 @@ class ForkGuard:
         try:
             assert self._pthreads is not None
             current = self._pthreads.default_stack_size()
-            size = stack_size_above(thread_stack_sizes(), current)
+            self._at_fork = thread_stack_sizes()
+            size = stack_size_above(self._at_fork, current)
             if current > 0 and size != current and self._pthreads.set_default_stack_size(size):
                 return current
         except Exception:
