@@ -18,6 +18,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from elastic_otel.names.environment_variables import WORKER_COLLECTIVES_FILE
 
@@ -376,6 +377,24 @@ def _transfers(data: object) -> tuple[PeerTransfers, ...]:
             raise ValueError("not a rate")
         out.append(row)
     return tuple(out)
+
+
+def group_collectives(entries: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """The collectives (not sends or receives) of process group ``name`` among a Flight
+    Recorder record's ``entries``, in the record's order."""
+    return [
+        e
+        for e in entries
+        if str((e.get("process_group") or ("",))[0]) == name and not e.get("is_p2p")
+    ]
+
+
+def collective_entry(
+    entries: list[dict[str, Any]], name: str, number: int
+) -> dict[str, Any] | None:
+    """Group ``name``'s collective #``number`` among ``entries`` (the newest such), or ``None``."""
+    found = [e for e in group_collectives(entries, name) if e.get("collective_seq_id") == number]
+    return found[-1] if found else None
 
 
 def op_name(profiling_name: str) -> str:

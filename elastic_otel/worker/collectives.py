@@ -37,6 +37,7 @@ from elastic_otel.parsing.collectives import (
     MAX_TRANSFERS,
     STATES,
     PeerTransfers,
+    collective_entry,
     device_ns,
     dump_path,
     entry_bytes,
@@ -214,6 +215,8 @@ class CollectivesWatch:
         if dump and not used:
             used = self.records[:1]  # a dump with nothing issued yet: the record, empty
         wholes = {r.backend: r.record() for r in used}
+        for r in used:
+            self._settle(r, wholes[r.backend], now_ns)
         if window:
             self._arrive(wholes, now_ns)
         if dump:
@@ -288,6 +291,22 @@ class CollectivesWatch:
                 group["open_since_ns"] = now_ns  # a newly open collective
         return changed
 
+    def _settle(self, record: FlightRecord, whole: dict[str, Any], now_ns: int) -> None:
+        """Take the completions a whole read tells where the record's status lags (gloo's):
+        no progress now; a collective then found open is open since torch created its entry."""
+        status = record.status_from(whole)
+        if status is None:
+            return
+        issued = {k: g["issued"] for k, g in self.groups.items()}
+        self._update(record.backend, status, now_ns)
+        if any(g["issued"] != issued.get(k) for k, g in self.groups.items()):
+            self.progress_ns = now_ns  # one issued since the status read: that is progress
+        for group in self.groups.values():
+            if group["backend"] == record.backend and group["open_since_ns"] == now_ns:
+                entries = whole.get("entries") or []
+                entry = collective_entry(entries, group["name"], group["completed"] + 1)
+                group["open_since_ns"] = int((entry or {}).get("time_created_ns") or now_ns)
+
     def _arrive(self, wholes: dict[str, dict[str, Any]], now_ns: int) -> None:
         """Keep when each collective issued since the last window was issued, per group (the
         newest :data:`MAX_ARRIVALS`), and the device's time inside each one completed since
@@ -324,21 +343,8 @@ class CollectivesWatch:
         groups in the dump file, any other (a job with two backends) beside it."""
         for n, (backend, whole) in enumerate(wholes.items()):
             path = dump_path(self.dump_path, backend) if n else self.dump_path
-            _write(path, pickle.dumps(self._complete(backend, whole)))
+            _write(path, pickle.dumps(_complete(whole, self.groups, backend)))
         self.dumps += 1
-
-    def _complete(self, backend: str, record: dict[str, Any]) -> dict[str, Any]:
-        """The record with a ``pg_config`` entry for every process group its entries name:
-        gloo's lacks them (one entry under ``""``), and ``torchfrtrace`` needs them."""
-        config = dict(record.get("pg_config") or {})
-        for entry in record.get("entries") or []:
-            name, desc = [*(entry.get("process_group") or ()), "", ""][:2]
-            if name and name not in config:
-                group = self.groups.get(group_key(str(name), backend))
-                members = group["members"] if group is not None else []
-                config[name] = {"name": name, "desc": desc, "ranks": str(members)}
-        config.pop("", None)
-        return {**record, "pg_config": config}
 
     def _identify(self, backend: str, entries: list[dict[str, Any]]) -> None:
         """Name each open group's first open collective (op, sizes, state) from its entry."""
@@ -348,23 +354,17 @@ class CollectivesWatch:
             if group["op"] is not None:
                 continue
             number = group["completed"] + 1
-            for entry in reversed(entries):
-                pg = entry.get("process_group") or ("",)
-                if (
-                    str(pg[0]) == group["name"]
-                    and entry.get("collective_seq_id") == number
-                    and not entry.get("is_p2p")
-                ):
-                    group["op"] = op_name(str(entry.get("profiling_name", "")))
-                    group["sizes"] = entry.get("input_sizes") or []
-                    # The entry's state is the device's where the record tracks starts:
-                    # timing on from before ``number`` (or, as before this switch existed,
-                    # a start seen at all).
-                    timed_from = group["timed_from"]
-                    timed = 0 < timed_from <= number or (group["started"] >= 0 and not timed_from)
-                    if timed and entry.get("state") in STATES:
-                        group["state"] = entry["state"]  # the device's, where it is tracked
-                    break
+            entry = collective_entry(entries, group["name"], number)
+            if entry is None:
+                continue
+            group["op"] = op_name(str(entry.get("profiling_name", "")))
+            group["sizes"] = entry.get("input_sizes") or []
+            # The entry's state is the device's where the record tracks starts: timing on
+            # from before ``number`` (or, as before this switch existed, a start seen at all).
+            timed_from = group["timed_from"]
+            timed = 0 < timed_from <= number or (group["started"] >= 0 and not timed_from)
+            if timed and entry.get("state") in STATES:
+                group["state"] = entry["state"]  # the device's, where it is tracked
 
     def _publish(self) -> None:
         # In the records' order (NCCL's first), whatever order the groups were met in: a group
@@ -389,6 +389,23 @@ class CollectivesWatch:
         self._written = text
         data = {"pid": self.pid, "progress_ns": self.progress_ns, **body}
         _write(self.path, json.dumps(data).encode())
+
+
+def _complete(
+    record: dict[str, Any], groups: dict[str, dict[str, Any]], backend: str
+) -> dict[str, Any]:
+    """``record`` with a ``pg_config`` entry for every process group its entries name (the
+    members from ``groups``, by group key): gloo's lacks them (one entry under ``""``), and
+    ``torchfrtrace`` needs them."""
+    config = dict(record.get("pg_config") or {})
+    for entry in record.get("entries") or []:
+        name, desc = [*(entry.get("process_group") or ()), "", ""][:2]
+        if name and name not in config:
+            group = groups.get(group_key(str(name), backend))
+            members = group["members"] if group is not None else []
+            config[name] = {"name": name, "desc": desc, "ranks": str(members)}
+    config.pop("", None)
+    return {**record, "pg_config": config}
 
 
 def _default_group(c10d: Any) -> tuple[str, frozenset[str]] | None:

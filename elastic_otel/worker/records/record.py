@@ -37,6 +37,11 @@ class FlightRecord:
         status = json.loads(self._json(False, False))
         return status.get("pg_status") or {}
 
+    def status_from(self, record: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+        """The status as ``record`` (a whole read) settles it where this kind's status read
+        can be behind (gloo's); ``None`` where the status read is right."""
+        return None
+
     def record(self) -> dict[str, Any]:
         """The whole record (torch's own pickle, from this process), without stack traces:
         symbolizing them holds the GIL for seconds on the first dump."""

@@ -43,7 +43,7 @@ def _as_nccl(record: dict[str, Any]) -> dict[str, Any]:
     entries = list(record.get("entries") or [])
     for name, st in status.items():
         issued = int(st.get("last_enqueued_collective", -1))
-        completed = int(st.get("last_completed_collective", -1))
+        completed = _completed_in_order(entries, name, int(st.get("last_completed_collective", -1)))
         timed_from = 1 if _timed_from_start else _timed_from.get(name, 0)
         started = -1
         if timed_from and issued >= timed_from:
@@ -74,6 +74,21 @@ def _as_nccl(record: dict[str, Any]) -> dict[str, Any]:
                 state = "scheduled"
             entries[i] = dict(entry, state=state)
     return {**record, "pg_status": status, "entries": entries}
+
+
+def _completed_in_order(entries: list[dict[str, Any]], name: str, status: int) -> int:
+    """The last collective of group ``name`` finished with all before it, as NCCL's watchdog
+    counts them: from the entries' ``retired`` flags, not gloo's status (each gloo thread
+    writes the collective it finished, so that goes back at times)."""
+    completed = -1
+    for entry in sorted(
+        (e for e in entries if _group(e) == name and not e.get("is_p2p")),
+        key=lambda e: e.get("collective_seq_id", 0),
+    ):
+        if not entry.get("retired"):
+            break
+        completed = int(entry.get("collective_seq_id", 0))
+    return completed if completed >= 0 else status
 
 
 def _group(entry: dict[str, Any]) -> str:
