@@ -293,7 +293,8 @@ class CollectivesWatch:
 
     def _settle(self, record: FlightRecord, whole: dict[str, Any], now_ns: int) -> None:
         """Take the completions a whole read tells where the record's status lags (gloo's):
-        no progress now; a collective then found open is open since torch created its entry."""
+        they finished before now, so they are no progress now; a collective then found open
+        is open since torch created its entry."""
         status = record.status_from(whole)
         if status is None:
             return
