@@ -379,14 +379,15 @@ def _transfers(data: object) -> tuple[PeerTransfers, ...]:
     return tuple(out)
 
 
+def entry_group(entry: dict[str, Any]) -> str:
+    """The name of the process group a Flight Recorder entry belongs to (``""``: none given)."""
+    return str((entry.get("process_group") or ("",))[0])
+
+
 def group_collectives(entries: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     """The collectives (not sends or receives) of process group ``name`` among a Flight
     Recorder record's ``entries``, in the record's order."""
-    return [
-        e
-        for e in entries
-        if str((e.get("process_group") or ("",))[0]) == name and not e.get("is_p2p")
-    ]
+    return [e for e in entries if entry_group(e) == name and not e.get("is_p2p")]
 
 
 def collective_entry(

@@ -41,6 +41,7 @@ from elastic_otel.parsing.collectives import (
     device_ns,
     dump_path,
     entry_bytes,
+    entry_group,
     group_key,
     op_name,
     p2p_peer,
@@ -321,9 +322,8 @@ class CollectivesWatch:
         durations: dict[str, list[tuple[int, int]]] = {}
         for backend, whole in wholes.items():
             for entry in whole.get("entries") or []:
-                pg = entry.get("process_group") or ("",)
                 seq, created = entry.get("collective_seq_id"), entry.get("time_created_ns")
-                key = group_key(str(pg[0]), backend)
+                key = group_key(entry_group(entry), backend)
                 if entry.get("is_p2p") or not isinstance(seq, int) or not isinstance(created, int):
                     continue
                 if seq > self._last_seq.get(key, 0):
@@ -494,15 +494,15 @@ def peer_transfers(
     for backend, whole in wholes.items():
         for entry in whole.get("entries") or []:
             seq, inside = entry.get("p2p_seq_id"), device_ns(entry)
-            pg = entry.get("process_group") or ("",)
-            key = group_key(str(pg[0]), backend)
+            name = entry_group(entry)
+            key = group_key(name, backend)
             if not entry.get("is_p2p") or not isinstance(seq, int) or inside is None:
                 continue
             named, size = p2p_peer(str(entry.get("profiling_name", ""))), entry_bytes(entry)
             if seq <= last.get(key, 0) or named is None or size is None:
                 continue
             newest[key] = max(seq, newest.get(key, 0))
-            peer = _global_rank(groups.get(key), str(pg[0]), named[1])
+            peer = _global_rank(groups.get(key), name, named[1])
             if peer is None:
                 continue
             row = sums.setdefault((key, named[0], peer), [0, 0, 0, 0.0])
