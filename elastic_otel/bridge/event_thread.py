@@ -1,12 +1,18 @@
-"""The bridge's event thread: the one consumer of the event queue and owner of the trace model.
+"""The bridge's loop: the one consumer of the event queue, owner of the trace model, and the
+agent's one thread for what is due by time.
 
 torch's threads only append to a bounded deque (:meth:`EventThread.put`); one thread takes
 events off it and hands them to a :class:`Sink` (parsing, the trace model, emission). While
 events come, the thread polls every 50 ms and torch's thread wakes it only for a backlog:
-waking a sleeping thread per event costs the caller a futex call and often a context switch.
-After a poll that found nothing it sleeps a second (the sink's time-driven work looks once a
-second), and the next event wakes it: an idle agent's event thread wakes once a second, not
-twenty times.
+waking a sleeping thread per event costs the caller a system call and often a context switch.
+After a poll that found nothing it sleeps until the next :class:`Task` is due (a second at
+most: the sink's time-driven work looks once a second), and the next event wakes it.
+
+The same thread runs the agent's periodic work, each :class:`Task` when it is due (the
+workers' output, the training watch), and reads the signal wakeup fd (:meth:`watch_fd`), so
+that a SIGTERM is seen while torch blocks in C++: one thread instead of four
+(``docs/architecture.md``, Threads). Nothing on it waits on the network: exports have a
+thread of their own.
 
 Closing is a request to the event thread, not work done beside it: :meth:`EventThread.close`
 asks it to process what is queued and then :meth:`Sink.close` (end open spans), and waits.
@@ -19,11 +25,14 @@ shutdown) does the caller process inline, under a lock.
 from __future__ import annotations
 
 import logging
+import math
+import os
+import select
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Protocol
 
 from elastic_otel.emit.counters import EventCounters
@@ -33,9 +42,11 @@ _logger = logging.getLogger("elastic_otel")
 
 _POLL_S = 0.05
 _IDLE_S = 1.0
-"""How long the event thread sleeps after a poll that found nothing: the sink's time-driven
-work (stall reports, open-span snapshots) looks at most once a second."""
+"""How long the event thread sleeps at most after a poll that found nothing: the sink's
+time-driven work (stall reports, open-span snapshots) looks at most once a second."""
 _WAKE_BACKLOG = 256
+_TASK_RETRY_S = 1.0
+"""When a task that raised runs again."""
 _bridge_thread = threading.local()
 
 
@@ -51,6 +62,15 @@ class Sink(Protocol):
     def tick(self, now_ns: int) -> None:
         """Called after every poll (every 50 ms while events come, else at least once a
         second) with the wall clock: time-driven output."""
+
+
+class Task(Protocol):
+    """Periodic work run on the event thread (:meth:`EventThread.schedule`)."""
+
+    def run(self) -> float | None:
+        """Do what is due; the seconds until it is due again, or ``None`` when it has nothing
+        left to do (until it is scheduled again). Runs outside :func:`bridge_section`: the
+        events it records are queued like torch's. It must not block."""
 
 
 def inside_bridge() -> bool:
@@ -70,14 +90,14 @@ def bridge_section() -> Iterator[None]:
 
 
 class EventThread:
-    """A bounded queue from torch's threads to one event thread feeding ``sink``."""
+    """A bounded queue from torch's threads to one event thread feeding ``sink``, which also
+    runs the scheduled :class:`Task` objects and reads the watched descriptors."""
 
     def __init__(self, sink: Sink, counters: EventCounters, queue_size: int) -> None:
         self.sink = sink
         self.counters = counters
         self.queue_size = max(1, queue_size)
         self._queue: deque[tuple[object, float]] = deque()
-        self._wake = threading.Event()
         self._idle = threading.Condition(threading.Lock())
         self._busy = False
         self._inline = threading.Lock()  # processing when no event thread runs
@@ -90,13 +110,21 @@ class EventThread:
         self._warned_drop = False
         self._warned_error = False
         self._thread: threading.Thread | None = None
+        self._wake_r = self._wake_w = -1  # the pipe that wakes the thread
+        self._woken = False  # a byte is in that pipe
+        self._requests: deque[tuple[Task, float]] = deque()  # schedule() from any thread
+        self._tasks: dict[Task, float] = {}  # the owner thread's: task → when due (monotonic)
+        self._fds: dict[int, Callable[[], bool]] = {}  # descriptor → what reads it
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="elastic-otel", daemon=True)
         try:
+            self._wake_r, self._wake_w = os.pipe()
+            os.set_blocking(self._wake_r, False)
+            os.set_blocking(self._wake_w, False)
+            self._thread = threading.Thread(target=self._run, name="elastic-otel", daemon=True)
             self._thread.start()
-        except RuntimeError:  # interpreter shutting down: events are processed inline
-            self._thread = None
+        except (OSError, RuntimeError):  # no descriptor left, or interpreter shutting down:
+            self._thread = None  # events are processed inline
 
     # --- torch's threads --------------------------------------------------------------------
 
@@ -122,9 +150,9 @@ class EventThread:
         if self._closed.is_set():  # closed between the check above and the append
             self._drop_queued()
             return
-        if self._asleep or (len(queue) >= _WAKE_BACKLOG and not self._wake.is_set()):
+        if self._asleep or len(queue) >= _WAKE_BACKLOG:
             self._asleep = False
-            self._wake.set()
+            self._wake()
 
     # --- any thread -------------------------------------------------------------------------
 
@@ -137,21 +165,44 @@ class EventThread:
         """Whether the event thread runs (else events are processed inline)."""
         return self._thread is not None and self._thread.is_alive()
 
+    def on_thread(self) -> bool:
+        """Whether the caller is the event thread itself (a task, a watched descriptor)."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def schedule(self, task: Task, delay_s: float = 0.0) -> bool:
+        """Run ``task`` on the event thread in ``delay_s`` seconds (sooner if it was due
+        sooner); ``False`` when no event thread runs to run it."""
+        if not self.thread_alive or self._stopped:
+            return False
+        self._requests.append((task, delay_s))
+        self._wake()
+        return True
+
+    def watch_fd(self, fd: int, on_readable: Callable[[], bool]) -> bool:
+        """Call ``on_readable()`` on the event thread whenever ``fd`` can be read (it must
+        read it without blocking, and return ``False`` to stop watching, at its end);
+        ``False`` when no event thread runs."""
+        if not self.thread_alive:
+            return False
+        self._fds = {**self._fds, fd: on_readable}  # replaced whole: the thread iterates it
+        self._wake()
+        return True
+
     def drain(self, timeout_s: float) -> bool:
         """Wait until everything queued so far was processed; ``False`` on timeout."""
-        if not self.thread_alive:
+        if not self.thread_alive or self.on_thread():
             with self._inline, bridge_section():
                 self._process_queue()
             return True
         deadline = time.monotonic() + timeout_s
-        self._wake.set()
+        self._wake()
         with self._idle:
             while self._queue or self._busy:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._idle.wait(min(remaining, _POLL_S))
-                self._wake.set()
+                self._wake()
         return True
 
     def call(self, fn: Callable[[], None], timeout_s: float) -> bool:
@@ -161,13 +212,13 @@ class EventThread:
         sink's state meanwhile. Never raises what ``fn`` raises (it is counted).
         """
         call = _Call(fn, self._appended)
-        if not self.thread_alive:
+        if not self.thread_alive or self.on_thread():
             with self._inline, bridge_section():
                 self._process_queue()
                 call.run(self.counters)
             return True
         self._calls.append(call)
-        self._wake.set()
+        self._wake()
         return call.done.wait(timeout_s)
 
     def close(self, reason: str, error: bool, timeout_s: float) -> bool:
@@ -187,8 +238,8 @@ class EventThread:
 
         if self.call(close_sink, timeout_s):
             return True
-        # Out of time (a backlog, or an event thread stuck in an export): what is still queued will
-        # not be processed; count it, and whatever comes later, instead of losing it silently.
+        # Out of time (a backlog, or a sink stuck in the SDK): what is still queued will not be
+        # processed; count it, and whatever comes later, instead of losing it silently.
         self._closed.set()
         self._drop_queued()
         return False
@@ -204,37 +255,110 @@ class EventThread:
             self.counters.dropped_after_shutdown += 1
 
     def stop(self) -> None:
-        """Let the event thread end (after :meth:`close`)."""
+        """Let the event thread end (after :meth:`close`); its tasks stop with it."""
         self._stopped = True
-        self._wake.set()
+        self._wake()
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child, where this thread does not run: close its wake-up pipe."""
+        fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), -1, -1
+        self._thread = None
+        for fd in fds:
+            if fd >= 0:
+                with suppress(OSError):
+                    os.close(fd)
+
+    def _wake(self) -> None:
+        fd = self._wake_w
+        if self._woken or fd < 0:
+            return
+        self._woken = True
+        with suppress(OSError):  # the pipe is full: the thread has a wake-up to read anyway
+            os.write(fd, b"\0")
 
     # --- the event thread ------------------------------------------------------------------
 
     def _run(self) -> None:
         _bridge_thread.inside = True
         found = True
-        while not self._stopped:
-            # Asleep first, the queue looked at second: a put between the two sees the flag.
-            self._asleep = not found
-            self._wake.wait(_POLL_S if found or self._queue else _IDLE_S)
-            self._asleep = False
-            self._wake.clear()
-            found = bool(self._queue or self._calls)
-            with self._idle:
-                self._busy = True
-            try:
-                self._process_queue()
-                while self._calls:
-                    self._calls.popleft().run(self.counters)
-                    self._process_queue()  # after a close: counted, not processed
-                if not self._closed.is_set():
-                    self.sink.tick(time.time_ns())
-            except BaseException:  # keep the event thread alive whatever happens
-                self.counters.internal_errors += 1
-            finally:
+        poller, polled = select.poll(), self._fds
+        poller.register(self._wake_r, select.POLLIN)
+        try:
+            while not self._stopped:
+                if polled is not self._fds:
+                    poller, polled = self._poller()
+                # Asleep first, the queue looked at second: a put between the two sees the flag.
+                self._asleep = not found
+                wait = _POLL_S if found or self._queue else _IDLE_S
+                if self._tasks:
+                    wait = min(wait, min(self._tasks.values()) - time.monotonic())
+                ready = poller.poll(math.ceil(wait * 1000) if wait > 0 else 0)
+                self._asleep = False
+                found = bool(self._queue or self._calls)
                 with self._idle:
-                    self._busy = False
-                    self._idle.notify_all()
+                    self._busy = True
+                try:
+                    self._turn(ready)
+                except BaseException:  # keep the event thread alive whatever happens
+                    self.counters.internal_errors += 1
+                finally:
+                    with self._idle:
+                        self._busy = False
+                        self._idle.notify_all()
+        finally:
+            self.after_fork_in_child()  # not a fork: the same clean-up, the thread ending
+
+    def _poller(self) -> tuple[select.poll, dict[int, Callable[[], bool]]]:
+        fds = self._fds
+        poller = select.poll()
+        for fd in (self._wake_r, *fds):
+            poller.register(fd, select.POLLIN)
+        return poller, fds
+
+    def _turn(self, ready: list[tuple[int, int]]) -> None:
+        for fd, mask in ready:
+            if fd == self._wake_r:
+                self._woken = False  # before the read: a later wake-up writes again
+                with suppress(OSError):
+                    os.read(fd, 4096)
+            elif (on_readable := self._fds.get(fd)) is not None:
+                try:
+                    keep = not mask & select.POLLNVAL and on_readable()
+                except Exception:
+                    self.counters.internal_errors += 1
+                    keep = False
+                if not keep:  # its end, or it fails: polled again, it would spin
+                    self._fds = {k: v for k, v in self._fds.items() if k != fd}
+        self._process_queue()
+        while self._calls:
+            self._calls.popleft().run(self.counters)
+            self._process_queue()  # after a close: counted, not processed
+        self._run_tasks()
+        if not self._closed.is_set():
+            self.sink.tick(time.time_ns())
+
+    def _run_tasks(self) -> None:
+        tasks, requests = self._tasks, self._requests
+        now = time.monotonic()
+        while requests:
+            task, delay_s = requests.popleft()
+            tasks[task] = min(now + delay_s, tasks.get(task, now + delay_s))
+        for task, due in list(tasks.items()):
+            if due > now:
+                continue
+            _bridge_thread.inside = False
+            try:
+                after = task.run()
+            except Exception:
+                self.counters.internal_errors += 1
+                _logger.debug("elastic-otel: a task on the event thread failed", exc_info=True)
+                after = _TASK_RETRY_S
+            finally:
+                _bridge_thread.inside = True
+            if after is None:
+                del tasks[task]
+            else:
+                tasks[task] = time.monotonic() + max(0.0, after)
 
     def _process_queue(self) -> None:
         queue, calls, closed = self._queue, self._calls, self._closed

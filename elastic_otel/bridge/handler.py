@@ -9,6 +9,7 @@ exit path. Design: ``docs/architecture.md`` (Life cycle, What the bridge costs t
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -67,6 +68,8 @@ class OtelHandler(logging.Handler):
 
     def _after_fork_in_child(self) -> None:
         self.process.exit_path.after_fork_in_child()  # the parent's signal watcher is not ours
+        if self._event_thread is not None:
+            self._event_thread.after_fork_in_child()
         self._new_process()
 
     def _new_process(self) -> None:
@@ -202,7 +205,9 @@ class OtelHandler(logging.Handler):
             self._event_thread = EventThread(conversion, self.counters, settings.queue_size)
             self._event_thread.start()
             self.process.exit_path.add(self._exit_step, self.shutdown, self._exit_timeout)
-            self.process.exit_path.watch_signals(self.terminate)
+            watcher = self.process.exit_path.watch_signals(self.terminate)
+            if watcher is not None:
+                self._event_thread.watch_fd(watcher.reader.fileno(), watcher.on_readable)
             self.process.fork_guard.bridge_running = True
             self._started = True
 
@@ -257,8 +262,10 @@ class OtelHandler(logging.Handler):
         """End the open spans as terminated by a signal (ERROR) and export them, bounded by
         the exit timeout; unlike :meth:`shutdown`, events recorded later are still processed.
 
-        Called by the signal watcher (:mod:`elastic_otel.bridge.process_exit`) while the main thread
-        may be blocked in torch's C++ code, where torch's own signal handler cannot run yet.
+        Called on the event thread, which reads the signal wakeup fd
+        (:mod:`elastic_otel.bridge.process_exit`), while the main thread may be blocked in
+        torch's C++ code, where torch's own signal handler cannot run yet; the export then
+        runs on a thread of its own.
         """
         if self._closed or not self._started:
             return
@@ -276,8 +283,15 @@ class OtelHandler(logging.Handler):
 
                 event_thread.call(end_open_spans, self._exit_timeout * 0.5)
                 pipeline = self._pipeline
-                if pipeline is not None and not self._closed:
-                    pipeline.flush(max(0.05, deadline - time.monotonic()), stop_on_failure=True)
+                if pipeline is None or self._closed:
+                    return
+                flush = functools.partial(
+                    pipeline.flush, max(0.05, deadline - time.monotonic()), stop_on_failure=True
+                )
+                if event_thread.on_thread():  # the event thread never waits on the network
+                    threading.Thread(target=flush, name="elastic-otel-flush", daemon=True).start()
+                else:
+                    flush()
         except Exception:  # the training job must never see our failures
             self.counters.internal_errors += 1
 

@@ -3,9 +3,10 @@ that arrives while torch blocks in C++.
 
 Every owner of something to flush registers a bounded step on the process's :class:`ExitPath`;
 the steps run together within one ``ELASTIC_OTEL_EXIT_TIMEOUT`` bound, once, so the exit costs
-the slowest step, not their sum. :class:`SignalWatcher` reads the signal wakeup fd, so that open
-spans are ended and exported even while the main thread is blocked in C++. Design:
-``docs/architecture.md`` (Life cycle), ``docs/guarantees.md`` (A thread stuck in C++).
+the slowest step, not their sum. :class:`SignalWatcher` holds the signal wakeup fd, which the
+bridge's event thread reads, so that open spans are ended and exported even while the main
+thread is blocked in C++. Design: ``docs/architecture.md`` (Life cycle),
+``docs/guarantees.md`` (A thread stuck in C++).
 """
 
 from __future__ import annotations
@@ -97,11 +98,12 @@ class ExitPath:
 
     # --- signals that arrive while the main thread is blocked (the module docstring) ---------
 
-    def watch_signals(self, terminate: Terminate) -> bool:
-        """Call ``terminate(reason)`` on a watcher thread when SIGTERM or SIGINT arrives.
+    def watch_signals(self, terminate: Terminate) -> SignalWatcher | None:
+        """Have ``terminate(reason)`` called when SIGTERM or SIGINT arrives, by whoever reads
+        the returned watcher's socket when it can be read (the bridge's event thread).
 
         Arms the signal wakeup fd on first use, from the main thread only, and only when no
-        wakeup fd is set (an event loop's is put back, without full-buffer warnings). ``False``
+        wakeup fd is set (an event loop's is put back, without full-buffer warnings). ``None``
         when not watching.
         """
         try:
@@ -109,22 +111,22 @@ class ExitPath:
                 watcher = self._watcher
                 if watcher is not None and watcher.pid == os.getpid():
                     watcher.callbacks.append(terminate)
-                    return True
+                    return watcher
                 if threading.current_thread() is not threading.main_thread():
-                    return False  # signal.set_wakeup_fd only works on the main thread
+                    return None  # signal.set_wakeup_fd only works on the main thread
                 watcher = _arm()
                 if watcher is None:
-                    return False
+                    return None
                 watcher.callbacks.append(terminate)
                 self._watcher = watcher
-                return True
+                return watcher
         except Exception:  # the host process must never see our failure
             _logger.debug("elastic-otel: signal watcher not started", exc_info=True)
-            return False
+            return None
 
     def after_fork_in_child(self) -> None:
-        """In a forked child: drop the parent's watcher (its thread does not exist here, and its
-        socket is shared with the parent, whose watcher would read the child's signals). The
+        """In a forked child: drop the parent's watcher (its socket is shared with the parent,
+        whose event thread would read the child's signals). The
         child's bridge arms a watcher of its own when it starts again."""
         self._watch_lock = threading.Lock()  # another thread may have held it at fork
         watcher = self._watcher
@@ -160,31 +162,31 @@ def _install_sigterm(run: Shutdown) -> None:
 
 
 class SignalWatcher:
-    """The read end of this process's signal wakeup fd and the daemon thread reading it.
+    """The read end of this process's signal wakeup fd, read on the bridge's event thread.
 
     CPython writes one byte, the signal number, per signal that has a Python-level handler.
-    SIGTERM and SIGINT bytes call every registered ``terminate`` on the watcher thread; other
-    signals' bytes are ignored.
+    SIGTERM and SIGINT bytes call every registered ``terminate``; other signals' bytes are
+    ignored.
     """
 
     def __init__(self, reader: socket.socket, writer: socket.socket) -> None:
         self.reader, self.writer = reader, writer
         self.pid = os.getpid()
         self.callbacks: list[Terminate] = []
-        self.thread = threading.Thread(target=self._run, name="elastic-otel-signals", daemon=True)
 
-    def _run(self) -> None:
-        while True:
-            try:
-                data = self.reader.recv(256)
-            except OSError:
-                return  # closed (fork reset)
-            if not data:
-                return
-            for signum in data:  # one terminate per burst: the first terminating signal
-                if signum in _TERMINATING:
-                    self._fire(signum)
-                    break
+    def on_readable(self) -> bool:
+        """Read what the C handler wrote; ``False`` at the socket's end (closed)."""
+        try:
+            data = self.reader.recv(256)
+        except BlockingIOError:  # another event thread read it first
+            return True
+        except OSError:
+            return False
+        for signum in data:  # one terminate per burst: the first terminating signal
+            if signum in _TERMINATING:
+                self._fire(signum)
+                break
+        return bool(data)
 
     def _fire(self, signum: int) -> None:
         reason = signal_reason(signum)
@@ -204,6 +206,7 @@ def _arm() -> SignalWatcher | None:
     reader, writer = socket.socketpair()
     watcher = SignalWatcher(reader, writer)
     try:
+        reader.setblocking(False)  # read on the event thread, which must never block
         writer.setblocking(False)  # the C handler must never block
         previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
     except (ValueError, OSError):
@@ -217,12 +220,6 @@ def _arm() -> SignalWatcher | None:
             "arrives while torch blocks in C++ end only when its handler runs",
             previous,
         )
-        return None
-    try:
-        watcher.thread.start()
-    except RuntimeError:  # interpreter shutting down
-        _restore_wakeup_fd(writer.fileno())
-        watcher.close()
         return None
     return watcher
 
