@@ -430,9 +430,12 @@ def _script_result(what: str, script: str, args: list[str], env: Mapping[str, st
 def idle_child(config: dict[str, Any]) -> dict[str, Any]:
     """The agent process over progressing workers: its CPU per second with no watch, then
     with a watch per threshold in turn (each stopped before the next); each check's CPU."""
+    from elastic_otel.bridge.handler import OtelHandler
     from elastic_otel.integration.training_watch import TrainingWatch
 
     common.pin(common.measured_cpu())
+    handler = OtelHandler(pipeline_factory=lambda: None)  # the event thread the watch runs on
+    handler.start()
     n, phases = config["workers"], config["phases"]
     lifetime = sum(p["seconds"] for p in phases) + config["off_s"] + 120
     with tempfile.TemporaryDirectory(prefix="eo-bench-idle-") as tmp:
@@ -463,10 +466,10 @@ def idle_child(config: dict[str, Any]) -> dict[str, Any]:
                 pcontext = _PContext()
                 cpu0, t0 = time.process_time(), time.monotonic()
                 watch.watch(pcontext, _watched(workers, False), reports.append_reason,
-                            phase["after_s"], dict)  # fmt: skip
+                            phase["after_s"], dict, schedule=handler.schedule)  # fmt: skip
                 time.sleep(phase["seconds"])
                 on = {"cpu_s": time.process_time() - cpu0, "seconds": time.monotonic() - t0}
-                watch.before_stop(pcontext, False)  # its thread finds nothing to do from now
+                watch.before_stop(pcontext, False)  # its task finds nothing to do from now
                 results.append(
                     {
                         "after_s": phase["after_s"],
@@ -551,6 +554,11 @@ def _dump_variant(v: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
                 reported = len(texts)
                 cpu0, t0 = time.process_time(), time.perf_counter()
                 watch._check(group, time.time_ns())
+                for request in watch._requests:  # as the event thread awaits them, a poll at a time
+                    while not request.poll():
+                        time.sleep(0.02)
+                    request.finish()
+                watch._requests.clear()
                 wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
                 time.sleep(0.1)  # a dump still being written is charged to this round
                 clock1 = [cpu_clock_s(p) for p in pids]

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from elastic_otel.bridge.conversion import Conversion, SpanObserver
-from elastic_otel.bridge.event_thread import EventThread, bridge_section, inside_bridge
+from elastic_otel.bridge.event_thread import EventThread, Task, bridge_section, inside_bridge
 from elastic_otel.bridge.process import BridgeProcess, bridge_process
 from elastic_otel.config.settings import Settings
 from elastic_otel.emit.counters import ALL_KEYS, EventCounters
@@ -154,6 +154,17 @@ class OtelHandler(logging.Handler):
         running = self._running()
         if running is not None:
             running[1].span_observer = observer
+
+    def schedule(self, task: Task, delay_s: float = 0.0) -> bool:
+        """Run ``task`` on the event thread in ``delay_s`` seconds (see
+        :meth:`EventThread.schedule`); ``False`` when it does not run (not started, or ended)."""
+        event_thread = self._event_thread
+        return event_thread is not None and event_thread.schedule(task, delay_s)
+
+    def can_schedule(self) -> bool:
+        """Whether :meth:`schedule` would run a task now."""
+        event_thread = self._event_thread
+        return event_thread is not None and event_thread.thread_alive and not self._closed
 
     def current_stalls(self) -> dict[str, float]:
         """Longest current wait per ``torchelastic.stalled.in`` kind, in seconds (0: none)."""

@@ -406,6 +406,7 @@ class AgentObserver:
             report_timing=timing_decided,
             slowdown_ratio=settings.slowdown,
             report_slowdown=slowdown_found,
+            schedule=handler.schedule,
         )
 
 

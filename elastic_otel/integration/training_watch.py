@@ -1,10 +1,10 @@
 """Hangs named while they hang: training stalls and the workers' Python stacks, seen by the agent.
 
 :class:`TrainingWatch`, held by the agent instrumentation, reads the workers' progress records
-on a thread of its own (never on torch's monitor loop) and reports training stalls, the
-workers' stacks (with a stall report, and before the agent stops its workers) and stragglers:
-no ptrace, no code in the training script. Design: ``docs/hangs.md`` (The agent's training
-watch) and ``docs/trace-model.md`` (Recoveries and the training code).
+as a task of the bridge's event thread (never on torch's monitor loop) and reports training
+stalls, the workers' stacks (with a stall report, and before the agent stops its workers) and
+stragglers: no ptrace, no code in the training script. Design: ``docs/hangs.md`` (The agent's
+training watch) and ``docs/trace-model.md`` (Recoveries and the training code).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ STACK_WAIT_S = 0.5
 """Longest wait for the workers' stack and Flight Recorder dumps before a stop (it delays the
 restart)."""
 STALL_WAIT_S = 2.0
-"""Longest wait for them on a stall (on the watch's own thread: it delays nothing)."""
+"""Longest wait for them on a stall (a poll at a time on the event thread: it delays nothing)."""
 _POLL_S = 0.02
 DUMPS_KEPT = 8
 """Flight Recorder dump directories kept per attempt directory (the oldest are removed)."""
@@ -98,6 +98,10 @@ class FlightRecorderDumps:
     ranks: tuple[int, ...]  # global ranks whose dump is there
     unanswered: tuple[int, ...]  # global ranks asked that wrote none in time
 
+
+Schedule = Callable[[Any, float], bool]
+"""``schedule(task, delay_s)``: run ``task.run()`` on the bridge's event thread
+(:meth:`~elastic_otel.bridge.handler.OtelHandler.schedule`)."""
 
 Report = Callable[
     [str, list[tuple["WatchedWorker", str]], "TrainingStall | None", "FlightRecorderDumps | None"],
@@ -147,8 +151,10 @@ class TrainingWatch:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._groups: MutableMapping[Any, _Group] = weakref.WeakKeyDictionary()
-        self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
+        self._schedule: Schedule | None = None  # set while a task on the event thread
+        self._period = 0.0
+        self._next_check = 0.0  # monotonic
+        self._requests: list[_StackRequest] = []  # the event thread's: stacks awaited
         self.current = 0.0
         """Seconds of the longest training stall under way (0: none), for the gauge."""
         if hasattr(os, "register_at_fork"):
@@ -171,8 +177,10 @@ class TrainingWatch:
         report_timing: Callable[[WatchedWorker, NcclTiming], None] | None = None,
         slowdown_ratio: float = 0.0,
         report_slowdown: Callable[[Slowdown], None] | None = None,
+        schedule: Schedule | None = None,
     ) -> None:
-        """Watch the workers torch just started in ``pcontext`` (until it is closed);
+        """Watch the workers torch just started in ``pcontext`` (until it is closed), as a
+        task ``schedule`` runs on the bridge's event thread (none: not watched);
         ``observe(now_ns, records)`` is given each reading (the goodput accounting's stalls);
         with a ``straggler_window_s``, the ranks are scored per window and a straggler handed
         to ``report_straggler``, and each window's device times to the slow-node ``exchange``;
@@ -180,7 +188,7 @@ class TrainingWatch:
         (:mod:`elastic_otel.integration.stall_exchange`); each worker's NCCL timing decision,
         once made, goes to ``report_timing``; with a ``slowdown_ratio``, each window's pace
         goes to the slowdown watch too, and a slowdown (or its end) to ``report_slowdown``."""
-        if after_s <= 0 or not workers:
+        if after_s <= 0 or not workers or schedule is None:
             return
         for worker in workers:
             worker.stacks_offset = _size(os.path.join(worker.directory, WORKER_STACKS_FILE))
@@ -191,7 +199,7 @@ class TrainingWatch:
             group.report_timing = report_timing
             group.started_ns = time.time_ns()
             if store is not None:
-                group.stall_exchange = StallExchange(store, self._wake.set)
+                group.stall_exchange = StallExchange(store, self._check_now)
             if straggler_window_s > 0:
                 group.stragglers = StragglerWatch(straggler_score)
                 group.report_straggler = report_straggler
@@ -201,17 +209,16 @@ class TrainingWatch:
                 if slowdown_ratio > 0:
                     group.slowdowns = SlowdownWatch(slowdown_ratio)
                     group.report_slowdown = report_slowdown
-            if self._thread is None:
+            if self._schedule is None:
                 # The workers leave their arrivals once per window: look at least twice as
                 # often, so that none is replaced unread.
                 period = poll_period(after_s)
                 if straggler_window_s > 0:
                     period = min(period, straggler_window_s / 2)
-                self._thread = threading.Thread(
-                    target=self._run, args=(period,), name="elastic-otel-training-watch"
-                )
-                self._thread.daemon = True
-                self._thread.start()
+                self._period = period
+                self._next_check = time.monotonic() + period
+                if schedule(self, period):
+                    self._schedule = schedule
 
     def before_stop(self, pcontext: Any, reason_is_failure: bool) -> None:
         """torch is about to stop ``pcontext``'s workers: after a failure or a signal, take
@@ -226,7 +233,10 @@ class TrainingWatch:
         if group.stall_exchange is not None:
             group.stall_exchange.close()
         if reason_is_failure:
-            self._take_stacks(group, REASON_BEFORE_STOP, None)
+            request = self._take_stacks(group, REASON_BEFORE_STOP, None)
+            while not request.poll():
+                time.sleep(_POLL_S)
+            request.finish()
         self._recompute_current()
 
     # --- the thread --------------------------------------------------------------------------
@@ -243,18 +253,39 @@ class TrainingWatch:
             groups = list(self._groups.values())
         return [r for g in groups if g.slowdowns for r in g.slowdowns.ratios.items()]
 
-    def _run(self, period: float) -> None:
-        while True:
-            self._wake.wait(period)
-            self._wake.clear()
-            with self._lock:
-                groups = list(self._groups.values())
+    def run(self) -> float | None:
+        """Check every group when due, and follow the stacks asked for (a task of the event
+        thread, which must not wait: a stall's stacks are awaited a poll at a time); ``None``
+        once nothing is watched (:meth:`watch` schedules it again)."""
+        for request in list(self._requests):
+            if request.poll():
+                self._requests.remove(request)
+                request.finish()
+        with self._lock:
+            groups = list(self._groups.values())
+            if not groups and not self._requests:
+                self._schedule = None
+                return None
+        if time.monotonic() >= self._next_check:
+            self._next_check = time.monotonic() + self._period
+            awaited = [r.group for r in self._requests]
             for group in groups:
+                if any(group is g for g in awaited):
+                    continue  # checked again once its stacks came
                 try:
                     self._check(group, time.time_ns())
                 except Exception:  # never the agent's problem
                     _logger.debug("elastic-otel: training watch failed", exc_info=True)
             self._recompute_current()
+        wait = self._next_check - time.monotonic()
+        return min(wait, _POLL_S) if self._requests else wait
+
+    def _check_now(self) -> None:
+        """Check at once (another node named this node's stall: said now, not a period on)."""
+        self._next_check = 0.0
+        schedule = self._schedule
+        if schedule is not None:
+            schedule(self, 0.0)
 
     def _check(self, group: _Group, now_ns: int) -> None:
         ranks: list[RankProgress] = []
@@ -313,14 +344,14 @@ class TrainingWatch:
             group.last_training_ns, group.named = now_ns, named
             stall = _with_watchdog(stall, group.workers)
             if due or stall.waited_for:
-                self._take_stacks(group, REASON_TRAINING, stall)
+                self._requests.append(self._take_stacks(group, REASON_TRAINING, stall))
             else:
                 group.report(REASON_TRAINING, [], stall, None)  # its stacks were just taken
             return
         other = any(seconds > 0 for seconds in group.current_stalls().values())
         if other and now_ns - group.last_stacks_ns >= group.after_ns and not group.done:
             group.last_stacks_ns = now_ns
-            self._take_stacks(group, REASON_STALL, None)
+            self._requests.append(self._take_stacks(group, REASON_STALL, None))
 
     @staticmethod
     def _timing(group: _Group, worker: WatchedWorker, timing: NcclTiming) -> None:
@@ -366,9 +397,10 @@ class TrainingWatch:
         edges = (tuple(ranks), node_edges(group.transfers.items()))
         group.exchange.publish(value, pids, closed, group.communication, group.slowing, edges)
 
-    def _take_stacks(self, group: _Group, reason: str, stall: TrainingStall | None) -> None:
+    @staticmethod
+    def _take_stacks(group: _Group, reason: str, stall: TrainingStall | None) -> _StackRequest:
         """Signal every worker that armed the stack signal and ask every one that reads its
-        Flight Recorder for a dump; wait for both; report."""
+        Flight Recorder for a dump: the request that awaits both, and then reports."""
         asked: list[WatchedWorker] = []
         for worker in group.workers:
             progress = read_progress(worker.directory) or group.seen.get(worker.global_rank)
@@ -380,51 +412,8 @@ class TrainingWatch:
                 continue
             asked.append(worker)
         dumps_asked = {w.global_rank: n for w in group.workers if (n := _ask_dump(w)) is not None}
-        # A dump is whole once its file stopped growing for one poll: all workers are waited
-        # for together, so that the wait does not grow with their number (it delays the
-        # restart when taken before a stop).
         wait_s = STACK_WAIT_S if reason == REASON_BEFORE_STOP else STALL_WAIT_S
-        deadline = time.monotonic() + wait_s
-        found: dict[int, str] = {}
-        sizes: dict[int, int] = {}
-        dumped: set[int] = set()
-        while (asked or dumps_asked) and time.monotonic() < deadline:
-            time.sleep(_POLL_S)
-            for worker in asked:
-                rank = worker.global_rank
-                if rank in found:
-                    continue
-                path = os.path.join(worker.directory, WORKER_STACKS_FILE)
-                size = _size(path)
-                if size > worker.stacks_offset and size == sizes.get(rank):
-                    text, worker.stacks_offset = read_new_stacks(path, worker.stacks_offset)
-                    if text:
-                        found[rank] = text
-                sizes[rank] = size
-            for worker in group.workers:
-                rank = worker.global_rank
-                if rank in dumps_asked and rank not in dumped:
-                    collectives = read_collectives(worker.directory)
-                    if collectives is not None and collectives.dumps > dumps_asked[rank]:
-                        dumped.add(rank)
-            if len(found) == len(asked) and len(dumped) == len(dumps_asked):
-                break
-        # Each frame's source line, in the room the record has: what was read, and what the
-        # emitter keeps of a record's body (it clips the end, where the main thread is). The
-        # emitter is loaded here, not with this module: the SDK only once the bridge reports.
-        from elastic_otel.emit.emitter import value_limit
-
-        limit = min(MAX_STACK_BYTES, value_limit())
-        stacks = [
-            (w, with_source_lines(found[w.global_rank], limit))
-            for w in asked
-            if w.global_rank in found
-        ]
-        dumps = _gather_dumps(group.workers, dumped, set(dumps_asked) - dumped, reason)
-        if stall is not None and stall.waited_for and group.stall_exchange is not None:
-            frame = main_thread_frame(found.get(stall.waited_for[0], "")) or ""
-            group.stall_exchange.publish(stall, frame)
-        group.report(reason, stacks, stall, dumps)
+        return _StackRequest(group, reason, stall, asked, dumps_asked, time.monotonic() + wait_s)
 
     def _recompute_current(self) -> None:
         with self._lock:
@@ -434,9 +423,76 @@ class TrainingWatch:
     def _after_fork(self) -> None:
         self._lock = threading.Lock()
         self._groups = weakref.WeakKeyDictionary()
-        self._thread = None
-        self._wake = threading.Event()
+        self._schedule = None
+        self._requests = []
         self.current = 0.0  # straggler scores live on the groups, forgotten with them
+
+
+class _StackRequest:
+    """Stacks and Flight Recorder dumps asked of a group's workers, awaited a poll at a time
+    until all came or the deadline passed, then reported. A dump is whole once its file
+    stopped growing for one poll; all workers are awaited together, so that the wait does not
+    grow with their number (it delays the restart when taken before a stop)."""
+
+    def __init__(
+        self,
+        group: _Group,
+        reason: str,
+        stall: TrainingStall | None,
+        asked: list[WatchedWorker],
+        dumps_asked: dict[int, int],
+        deadline: float,
+    ) -> None:
+        self.group, self.reason, self.stall = group, reason, stall
+        self.asked, self.dumps_asked, self.deadline = asked, dumps_asked, deadline
+        self.found: dict[int, str] = {}
+        self.sizes: dict[int, int] = {}
+        self.dumped: set[int] = set()
+
+    def poll(self) -> bool:
+        """Look once; whether the wait is over (all came, or the deadline passed)."""
+        if not (self.asked or self.dumps_asked) or time.monotonic() >= self.deadline:
+            return True
+        found, sizes = self.found, self.sizes
+        for worker in self.asked:
+            rank = worker.global_rank
+            if rank in found:
+                continue
+            path = os.path.join(worker.directory, WORKER_STACKS_FILE)
+            size = _size(path)
+            if size > worker.stacks_offset and size == sizes.get(rank):
+                text, worker.stacks_offset = read_new_stacks(path, worker.stacks_offset)
+                if text:
+                    found[rank] = text
+            sizes[rank] = size
+        for worker in self.group.workers:
+            rank = worker.global_rank
+            if rank in self.dumps_asked and rank not in self.dumped:
+                collectives = read_collectives(worker.directory)
+                if collectives is not None and collectives.dumps > self.dumps_asked[rank]:
+                    self.dumped.add(rank)
+        return len(found) == len(self.asked) and len(self.dumped) == len(self.dumps_asked)
+
+    def finish(self) -> None:
+        """Report what came."""
+        # Each frame's source line, in the room the record has: what was read, and what the
+        # emitter keeps of a record's body (it clips the end, where the main thread is). The
+        # emitter is loaded here, not with this module: the SDK only once the bridge reports.
+        from elastic_otel.emit.emitter import value_limit
+
+        group, found, stall = self.group, self.found, self.stall
+        limit = min(MAX_STACK_BYTES, value_limit())
+        stacks = [
+            (w, with_source_lines(found[w.global_rank], limit))
+            for w in self.asked
+            if w.global_rank in found
+        ]
+        unanswered = set(self.dumps_asked) - self.dumped
+        dumps = _gather_dumps(group.workers, self.dumped, unanswered, self.reason)
+        if stall is not None and stall.waited_for and group.stall_exchange is not None:
+            frame = main_thread_frame(found.get(stall.waited_for[0], "")) or ""
+            group.stall_exchange.publish(stall, frame)
+        group.report(self.reason, stacks, stall, dumps)
 
 
 def _with_watchdog(stall: TrainingStall, workers: list[WatchedWorker]) -> TrainingStall:

@@ -3,9 +3,10 @@ for the job or its console.
 
 The instrumented agent wraps the agent's ``LogsSpecs`` (:func:`capture_logs_specs`): a captured
 stream torch would send to the console or to ``/dev/null`` goes to the file ``--redirects``
-would have used, and the agent echoes to its console exactly what torch would have shown. One
-daemon thread (:class:`WorkerOutput`) reads every file; a worker never writes to a pipe the agent
-could block. Design: ``docs/worker-output.md`` (How it works, and why this way).
+would have used, and the agent echoes to its console exactly what torch would have shown. The
+bridge's event thread reads every file (:class:`WorkerOutput`, one of its tasks); a worker
+never writes to a pipe the agent could block, nor the agent to a console that would block it.
+Design: ``docs/worker-output.md`` (How it works, and why this way).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import functools
 import logging
 import os
+import select
 import stat
 import sys
 import threading
@@ -59,6 +61,7 @@ class _Stream:
         "finishing",
         "path",
         "reader",
+        "unechoed",
     )
 
     def __init__(
@@ -73,19 +76,20 @@ class _Stream:
         self.emitter: Any = None
         self.finishing = False
         self.done = False
+        self.unechoed = b""  # read, not yet taken by the console
 
 
 class WorkerOutput:
-    """The agent's one reader of its workers' output files (see the module docstring); held by
-    the agent instrumentation's observer."""
+    """The agent's one reader of its workers' output files (see the module docstring): a task
+    on the bridge's event thread, held by the agent instrumentation's observer."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
         self._streams: list[_Stream] = []
         self._ended: OrderedDict[str, OutputReader] = OrderedDict()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._scheduled = False  # a task on the handler's event thread
+        self._wrote = 0.0  # when a worker last wrote (monotonic)
         self.handler: OtelHandler | None = None
         if hasattr(os, "register_at_fork"):
             ref = weakref.ref(self)  # the hook must not keep a dropped reader alive
@@ -101,7 +105,7 @@ class WorkerOutput:
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
         self._streams = []
-        self._thread = None
+        self._scheduled = False
 
     # --- the agent's side -------------------------------------------------------------------
 
@@ -109,21 +113,23 @@ class WorkerOutput:
         with self._lock:
             self.handler = handler
             self._streams.extend(streams)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="elastic-otel-output", daemon=True
-                )
-                self._thread.start()
+            self._wrote = time.monotonic()
+            if not self._scheduled:
+                self._scheduled = handler.schedule(self)
 
     def finish(self, paths: set[str], timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
         """The processes writing ``paths`` ended: read those files to their end, and wait for
-        it (``False`` after ``timeout_s``; the thread then goes on reading them)."""
+        it (``False`` after ``timeout_s``; the event thread then goes on reading them)."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
             mine = [s for s in self._streams if s.path in paths]
             for stream in mine:
                 stream.finishing = True
-            self._wake.set()
+            handler = self.handler
+        if handler is None or not handler.schedule(self):  # no event thread: read them here
+            while any(not s.done for s in mine) and time.monotonic() < deadline:
+                self._read_all()
+        with self._lock:
             while not all(s.done for s in mine):
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -139,33 +145,39 @@ class WorkerOutput:
                     return stream.reader
             return self._ended.get(path)
 
-    # --- the thread -------------------------------------------------------------------------
+    # --- the event thread -------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def run(self) -> float | None:
+        """Read every file once (a task of the event thread): when to read again, or ``None``
+        once no stream is left (:meth:`add` schedules it again)."""
+        with self._lock:
+            if not self._streams:
+                self._scheduled = False
+                return None
         with bridge_section():  # what the SDK logs from here must not loop into the bridge
-            wrote = time.monotonic()  # when a worker last wrote
-            while True:
-                quiet = time.monotonic() - wrote >= QUIET_AFTER_S
-                self._wake.wait(QUIET_POLL_S if quiet else POLL_S)
-                self._wake.clear()
-                with self._lock:
-                    streams = list(self._streams)
-                if not streams:
-                    continue
-                busy = False
-                for stream in streams:
-                    try:
-                        read = self._pump(stream)
-                    except Exception:  # never the agent's problem
-                        stream.done = True
-                        _logger.debug("elastic-otel: worker output not read", exc_info=True)
-                        continue
-                    if read:
-                        wrote = time.monotonic()
-                        busy |= read >= READ_PER_POLL
-                self._retire()
-                if busy:
-                    self._wake.set()  # more is waiting: no sleep
+            more = self._read_all()
+        if more:
+            return 0.0
+        quiet = time.monotonic() - self._wrote >= QUIET_AFTER_S
+        return QUIET_POLL_S if quiet else POLL_S
+
+    def _read_all(self) -> bool:
+        """One pass over the files; whether more is waiting to be read or echoed now."""
+        with self._lock:
+            streams = list(self._streams)
+        more = False
+        for stream in streams:
+            try:
+                read, left = self._pump(stream)
+            except Exception:  # never the agent's problem
+                stream.done = True
+                _logger.debug("elastic-otel: worker output not read", exc_info=True)
+                continue
+            if read:
+                self._wrote = time.monotonic()
+            more |= left
+        self._retire()
+        return more
 
     def _retire(self) -> None:
         with self._lock:
@@ -179,28 +191,33 @@ class WorkerOutput:
                     self._ended.popitem(last=False)
             self._done.notify_all()
 
-    def _pump(self, stream: _Stream) -> int:
-        """Read what is new in one file; the bytes read (:data:`READ_PER_POLL`: more is left
-        to read now)."""
+    def _pump(self, stream: _Stream) -> tuple[int, bool]:
+        """Read what is new in one file: the bytes read, and whether more is left now (past
+        :data:`READ_PER_POLL`, or bytes the console did not take yet: the rest of the file
+        waits on disk until it does)."""
         finishing = stream.finishing  # read before the file: what follows it is all there
         reader = stream.reader
         reader.limit.refill(time.monotonic_ns())
+        if stream.unechoed:
+            stream.unechoed = _echo(reader.stream, stream.unechoed)
+            if stream.unechoed:
+                return 0, True
         if stream.fd is None:
             stream.fd = _open_regular(stream.path)
             if stream.fd is None:
                 if finishing:
                     stream.done = True
-                return 0
+                return 0, False
         read = 0
-        while read < READ_PER_POLL:
+        while read < READ_PER_POLL and not stream.unechoed:
             data = os.read(stream.fd, CHUNK)
             if not data:
                 break
             read += len(data)
             if stream.echo:
-                _echo(reader.stream, data)
+                stream.unechoed = _echo(reader.stream, data)
             reader.feed(data)
-        more = read >= READ_PER_POLL
+        more = read >= READ_PER_POLL or bool(stream.unechoed)
         if finishing and not more:
             reader.end()
             os.close(stream.fd)
@@ -209,7 +226,7 @@ class WorkerOutput:
         elif not read:
             reader.idle()
         self._emit(stream)
-        return read
+        return read, more
 
     def _emit(self, stream: _Stream) -> None:
         reader = stream.reader
@@ -252,22 +269,42 @@ def _open_regular(path: str) -> int | None:
     return None
 
 
-def _echo(stream: str, data: bytes) -> None:
-    """Write a worker's bytes to the agent's own stream, as the worker would have."""
+def _echo(stream: str, data: bytes) -> bytes:
+    """Write a worker's bytes to the agent's own stream, as the worker would have; what the
+    stream cannot take now is returned. A console pipe nobody drains would block a write:
+    the event thread writes only what ``poll`` says fits (a pipe takes ``PIPE_BUF`` bytes
+    whole once it says so)."""
     target = sys.stdout if stream == STDOUT else sys.stderr
     if target is None:
-        return
+        return b""
     try:
-        target.flush()  # what the agent itself wrote comes first
-        raw = getattr(target, "buffer", None)
-        if raw is not None:
-            raw.write(data)
-            raw.flush()
-        else:
+        fd = target.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file: written through Python
+        with contextlib.suppress(OSError, ValueError):
             target.write(data.decode("utf-8", "replace"))
             target.flush()
-    except (OSError, ValueError):
+        return b""
+    try:
+        if not _writable(fd):
+            return data
+        target.flush()  # what the agent itself wrote comes first
+        while data:
+            data = data[os.write(fd, data[: select.PIPE_BUF]) :]
+            if data and not _writable(fd):
+                return data
+    except (OSError, ValueError):  # a console gone: what it would have shown is lost with it
         pass
+    return b""
+
+
+def _writable(fd: int) -> bool:
+    """Whether ``fd`` takes a write now; ``OSError`` when it never will (closed, no reader)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    mask = next((m for _, m in poller.poll(0)), 0)
+    if mask & (select.POLLNVAL | select.POLLERR | select.POLLHUP):
+        raise OSError(f"console descriptor {fd} is gone")
+    return bool(mask & select.POLLOUT)
 
 
 # --- torch's LogsSpecs --------------------------------------------------------------------------
@@ -322,6 +359,8 @@ def _capture(
     dest: Any, envs: dict[int, dict[str, str]], handler: OtelHandler, output: WorkerOutput
 ) -> None:
     """Redirect the captured streams of ``dest`` (torch's ``LogsDest``) and read them."""
+    if not handler.can_schedule():  # nothing would read them: torch's destinations stand
+        return
     settings = handler.settings
     streams: list[_Stream] = []
     for local_rank, worker_env in envs.items():

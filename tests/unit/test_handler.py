@@ -737,3 +737,51 @@ def test_an_idle_event_thread_sleeps_and_the_next_event_wakes_it() -> None:
     finally:
         events.close("test", False, 5.0)
         events.stop()
+
+
+def test_the_event_thread_runs_tasks_when_due_and_reads_watched_descriptors() -> None:
+    """One thread serves the agent's periodic work (worker output, the training watch) and
+    the signal wakeup fd beside the events: each task runs when it said it is due, a
+    descriptor's reader when it can be read, and a call made from a task runs at once."""
+    import socket
+
+    sink = _TimedSink()
+    events = EventThread(sink, EventCounters(), 100)
+    events.start()
+    runs: list[tuple[float, bool]] = []
+    called: list[bool] = []
+
+    class Every200ms:
+        def run(self) -> float | None:
+            runs.append((time.monotonic(), events.on_thread()))
+            if len(runs) == 2:
+                events.call(lambda: called.append(events.on_thread()), 1.0)
+            return 0.2 if len(runs) < 5 else None  # then done: not run again
+
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    read: list[bytes] = []
+
+    def on_readable() -> bool:
+        data = reader.recv(64)
+        read.append(data)
+        return bool(data)
+
+    try:
+        assert events.schedule(Every200ms())
+        assert events.watch_fd(reader.fileno(), on_readable)
+        wait_until(lambda: len(runs) == 5, what="five runs")
+        times = [t for t, _ in runs]
+        assert all(0.15 < b - a < 0.6 for a, b in zip(times, times[1:], strict=False))
+        assert all(on for _, on in runs) and called == [True]
+        time.sleep(0.5)
+        assert len(runs) == 5  # it said it was done
+        writer.send(b"\x0f")
+        wait_until(lambda: read == [b"\x0f"], what="the descriptor read")
+        writer.close()  # its end: read once more, then no longer watched
+        wait_until(lambda: read == [b"\x0f", b""], what="the descriptor's end")
+    finally:
+        events.close("test", False, 5.0)
+        events.stop()
+        reader.close()
+    assert not events.schedule(Every200ms())  # stopped: nothing would run it

@@ -3,6 +3,7 @@ tracebacks as one record, the bounds (line cap, rate limit, invalid UTF-8) and l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -291,3 +292,40 @@ def test_the_rate_limit_counts_what_it_drops() -> None:
     reader.feed(b"again\n")
     (again,) = reader.take()
     assert again.dropped_before == 15
+
+
+def test_a_console_nobody_drains_never_blocks_the_echo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent echoes its workers' output on the bridge's event thread: a full console pipe
+    keeps the bytes for later instead of blocking that thread; they go out in order once the
+    console takes them."""
+    import os
+    import sys
+    import threading
+
+    from elastic_otel.integration.worker_output import _echo
+
+    r, w = os.pipe()
+    console = os.fdopen(w, "w")
+    monkeypatch.setattr(sys, "stderr", console)
+    os.set_blocking(w, False)
+    try:
+        while True:
+            os.write(w, b"." * 65536)
+    except BlockingIOError:
+        pass
+    os.set_blocking(w, True)  # a console pipe is a blocking one
+    data = b"a worker's line\n" * 1000
+    left: list[bytes] = []
+    echo = threading.Thread(target=lambda: left.append(_echo(STDERR, data)), daemon=True)
+    echo.start()
+    echo.join(5.0)
+    assert not echo.is_alive(), "the echo blocked on a full console"
+    assert left == [data]  # nothing fitted: all of it kept
+    os.set_blocking(r, False)
+    with contextlib.suppress(BlockingIOError):
+        while os.read(r, 65536):
+            pass
+    assert _echo(STDERR, left[0]) == b""
+    assert os.read(r, 65536) == data
+    console.close()
+    os.close(r)
