@@ -17,20 +17,19 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from elastic_otel.bridge.conversion import Conversion, SpanObserver
 from elastic_otel.bridge.event_thread import EventThread, Task, bridge_section, inside_bridge
 from elastic_otel.bridge.process import BridgeProcess, bridge_process
 from elastic_otel.config.settings import Settings
 from elastic_otel.emit.counters import ALL_KEYS, EventCounters
-from elastic_otel.model.trace_ids import job_salt
-from elastic_otel.model.trace_model import TraceModel, WorkerLaunch
 from elastic_otel.parsing.torch_events import safe_text
 
-if TYPE_CHECKING:  # both import the OpenTelemetry SDK: only once the bridge starts
+if TYPE_CHECKING:  # the SDK, and the trace model: imported once the bridge starts
     from opentelemetry._logs import Logger
 
+    from elastic_otel.bridge.conversion import Conversion, SpanObserver
     from elastic_otel.emit.emitter import Emitter
     from elastic_otel.emit.pipeline import Pipeline
+    from elastic_otel.model.trace_model import WorkerLaunch
 
 _logger = logging.getLogger("elastic_otel")
 
@@ -156,8 +155,7 @@ class OtelHandler(logging.Handler):
             running[1].span_observer = observer
 
     def schedule(self, task: Task, delay_s: float = 0.0) -> bool:
-        """Run ``task`` on the event thread in ``delay_s`` seconds (see
-        :meth:`EventThread.schedule`); ``False`` when it does not run (not started, or ended)."""
+        """:meth:`EventThread.schedule` on this handler's; ``False`` when none runs."""
         event_thread = self._event_thread
         return event_thread is not None and event_thread.schedule(task, delay_s)
 
@@ -173,6 +171,8 @@ class OtelHandler(logging.Handler):
 
     def _running(self) -> tuple[EventThread, Conversion] | None:
         """The event thread and the conversion it feeds, once started."""
+        from elastic_otel.bridge.conversion import Conversion
+
         event_thread = self._event_thread
         if event_thread is None or not isinstance(event_thread.sink, Conversion):
             return None
@@ -197,6 +197,10 @@ class OtelHandler(logging.Handler):
             self.process.fork_guard.hold_inherited_stacks()  # before the first bridge thread here
             with bridge_section():
                 emitter = self._build_pipeline()
+            from elastic_otel.bridge.conversion import Conversion
+            from elastic_otel.model.trace_ids import job_salt
+            from elastic_otel.model.trace_model import TraceModel
+
             settings = self.settings
             conversion = Conversion(
                 TraceModel(

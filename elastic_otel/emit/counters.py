@@ -59,7 +59,7 @@ class EventCounters(Counters):
 
 
 class DeliveryCounters(Counters):
-    """Counted on the SDK's export threads, so updates take a lock."""
+    """Counted on the export thread and on flushes, so updates take a lock."""
 
     __slots__ = (
         "_lock",
@@ -87,7 +87,8 @@ class DeliveryCounters(Counters):
 PENDING_EXPORT = "pending_export"
 """Records held back while the collector does not answer (a gauge, not a counter)."""
 DROPPED_SDK_QUEUE = "dropped_sdk_queue"
-"""Records the SDK's batch processors dropped (counted from their warnings)."""
+"""Records the export queues refused: full, or closed by the shutdown
+(:class:`elastic_otel.emit.export_queue.QueueDrops`)."""
 EXPORT_WARNINGS_SUPPRESSED = "export_warnings_suppressed"
 """Export warnings counted instead of printed."""
 

@@ -1,10 +1,10 @@
-"""Delivery: between the SDK's batch processors and the network, survive collector outages.
+"""Delivery: between the export queues and the network, survive collector outages.
 
 The OTLP exporters retry a batch until their timeout, then drop it, and log every attempt: a job
 that outlives a collector restart would lose events and flood its console. :class:`OutageBuffer`
 keeps failed batches in a bounded backlog and sends them again once the collector answers;
-:class:`ExportWarnings` reduces export problems to one concise line. Both run on the SDK's
-export threads. Design: ``docs/guarantees.md``.
+:class:`ExportWarnings` reduces export problems to one concise line. Both run on the export
+thread (:mod:`elastic_otel.emit.export_thread`) and on flushes. Design: ``docs/guarantees.md``.
 """
 
 from __future__ import annotations
@@ -209,14 +209,11 @@ class ExportWarnings(logging.Filter):
         self.reported = False
         self.suppressed = 0
         self.seen = 0
-        self.queue_full = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
         self.seen += 1
-        if isinstance(record.msg, str) and record.msg.startswith("Queue full"):
-            self.queue_full += 1  # the SDK's batch processor dropped one record
         if self.reported:
             self.suppressed += 1
             return False

@@ -4,7 +4,9 @@ gRPC's fork handlers give up when another thread is inside a gRPC call at ``fork
 child's exports can then hang until their deadline although the collector is up. So every RPC
 of the bridge's OTLP/gRPC exporters passes this gate (:func:`gate_grpc_calls`), which closes
 before a fork, waits for the calls under way at most :data:`FORK_WAIT_S`, and opens after it.
-Imports nothing of the SDK. Design: ``docs/guarantees.md`` (Forked processes).
+The gate also holds the process's export thread, so that what is built with the same gate
+exports on one thread. Imports nothing of the SDK. Design: ``docs/guarantees.md`` (Forked
+processes).
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # imports the SDK: made only once something exports
+    from elastic_otel.emit.export_thread import ExportThread
 
 FORK_WAIT_S = 0.5
 """Longest a fork waits for the RPCs under way (a healthy collector answers in ms)."""
@@ -21,15 +26,27 @@ E = TypeVar("E")
 
 
 class ExportGate:
-    """Counts the RPCs under way; closes around a fork. One per process, held by the bridge's
-    process state (:mod:`elastic_otel.bridge.process`) and hooked into ``os.fork`` by its
-    fork guard."""
+    """Counts the RPCs under way; closes around a fork; holds the process's export thread. One
+    per process, held by the bridge's process state (:mod:`elastic_otel.bridge.process`) and
+    hooked into ``os.fork`` by its fork guard."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._busy = 0
         self._forking = False
         self.forks_waited_out = 0  # forks that went ahead with an RPC still under way
+        self._export_thread: ExportThread | None = None
+
+    def export_thread(self) -> ExportThread:
+        """The process's export thread (:mod:`elastic_otel.emit.export_thread`), made on first
+        use: the pipeline, the meter provider and a worker's providers built with this gate
+        share it. A forked child keeps the object; its thread and jobs are the child's own."""
+        with self._cond:
+            if self._export_thread is None:
+                from elastic_otel.emit.export_thread import ExportThread
+
+                self._export_thread = ExportThread()
+            return self._export_thread
 
     @contextmanager
     def exporting(self) -> Iterator[None]:

@@ -1,10 +1,11 @@
 """Environment set-up: the OpenTelemetry SDK pipeline, configured as the OTel spec says.
 
-Exporters, protocol, batching and retries are the SDK's own, resolved from the standard
-``OTEL_*`` variables with its configuration helpers and entry points; providers the application
-already installed are used instead of a second pipeline. :meth:`Pipeline.shutdown` bounds the
-exit flush, which the SDK's own exit hooks do not. Design: ``docs/architecture.md`` (Life
-cycle); the variables: ``docs/configuration.md``.
+Exporters, protocol and retries are the SDK's own, resolved from the standard ``OTEL_*``
+variables with its configuration helpers and entry points; batching honours the SDK's variables,
+on the process's one export thread (:mod:`elastic_otel.emit.export_thread`); providers the
+application already installed are used instead of a second pipeline. :meth:`Pipeline.shutdown`
+bounds the exit flush, which the SDK's own exit hooks do not. Design: ``docs/architecture.md``
+(Life cycle, Threads); the variables: ``docs/configuration.md``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import logging
 import os
 import socket
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -27,10 +27,7 @@ from opentelemetry.environment_variables import (
     OTEL_TRACES_EXPORTER,
 )
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.environment_variables import (
-    OTEL_BLRP_MAX_QUEUE_SIZE,
-    OTEL_BSP_MAX_QUEUE_SIZE,
     OTEL_EXPORTER_OTLP_COMPRESSION,
     OTEL_EXPORTER_OTLP_LOGS_COMPRESSION,
     OTEL_EXPORTER_OTLP_METRICS_COMPRESSION,
@@ -39,7 +36,6 @@ from opentelemetry.sdk.environment_variables import (
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from elastic_otel.config.settings import Settings
 from elastic_otel.emit import counters as C
@@ -53,6 +49,14 @@ from elastic_otel.emit.delivery import (
     install_export_warnings,
 )
 from elastic_otel.emit.export_gate import ExportGate, gate_grpc_calls
+from elastic_otel.emit.export_queue import (
+    BatchSettings,
+    ExportQueue,
+    QueuedLogRecordProcessor,
+    QueueDrops,
+    QueuedSpanProcessor,
+)
+from elastic_otel.emit.export_thread import ExportThread
 from elastic_otel.emit.scheduler_resource import scheduler_attributes
 from elastic_otel.names.attributes import INSTRUMENTATION_SCOPE
 
@@ -149,21 +153,31 @@ def exporter_class(signal: str, name: str) -> Any:
     raise ValueError(f"unknown {signal} exporter {name!r} in {_SIGNAL_ENV[signal]}")
 
 
+def export_thread(gate: ExportGate | None) -> ExportThread:
+    """The export thread of the process ``gate`` belongs to (what is built with one gate shares
+    one thread); without a gate, a new one."""
+    return ExportThread() if gate is None else gate.export_thread()
+
+
 def build_meter_provider(resource: Resource, gate: ExportGate | None = None) -> MeterProvider:
-    """A ``MeterProvider`` with a reader per ``OTEL_METRICS_EXPORTER`` entry (an exporter gets
-    a ``PeriodicExportingMetricReader``: ``OTEL_METRIC_EXPORT_INTERVAL``); shut down by its
-    owner within the exit bound, not by the SDK's own exit hook."""
+    """A ``MeterProvider`` with a reader per ``OTEL_METRICS_EXPORTER`` entry (an exporter is
+    read every ``OTEL_METRIC_EXPORT_INTERVAL`` on the export thread of ``gate``'s process, a
+    reader entry point is used as it is); shut down by its owner within the exit bound, not by
+    the SDK's own exit hook."""
     from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+    from opentelemetry.sdk.metrics.export import MetricReader
+
+    from elastic_otel.emit.export_reader import ScheduledMetricReader
 
     readers: list[MetricReader] = []
+    thread = export_thread(gate)
     for name in exporter_names("metrics"):
         cls = exporter_class("metrics", name)
         if isinstance(cls, type) and issubclass(cls, MetricReader):
             readers.append(cls())
         else:
-            exporter = cls(**otlp_defaults("metrics", cls))
-            readers.append(PeriodicExportingMetricReader(gate_grpc_calls(exporter, gate)))
+            exporter = gate_grpc_calls(cls(**otlp_defaults("metrics", cls)), gate)
+            readers.append(ScheduledMetricReader(exporter, thread))
     return MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
 
 
@@ -206,7 +220,8 @@ class Pipeline:
     delivery: DeliveryCounters = field(default_factory=DeliveryCounters)
     warnings: ExportWarnings = field(default_factory=ExportWarnings)
     buffers: list[OutageBuffer] = field(default_factory=list)
-    batchers: list[Any] = field(default_factory=list)  # the SDK batch processors it built
+    queues: list[ExportQueue] = field(default_factory=list)  # the export queues it built
+    drops: QueueDrops = field(default_factory=QueueDrops)  # what its queues refused
     _closers: list[Callable[[], Any]] = field(default_factory=list)
     _flushers: list[Callable[[], Any]] = field(default_factory=list)
 
@@ -219,7 +234,7 @@ class Pipeline:
         counters = self.delivery.as_dict()
         counters[C.PENDING_EXPORT] = self.pending()
         counters[C.EXPORT_WARNINGS_SUPPRESSED] = self.warnings.suppressed
-        counters[C.DROPPED_SDK_QUEUE] = self.warnings.queue_full
+        counters[C.DROPPED_SDK_QUEUE] = self.drops.count
         return counters
 
     def flush(self, timeout_s: float, stop_on_failure: bool = False) -> bool:
@@ -247,20 +262,14 @@ class Pipeline:
         return ok
 
     def _take_stranded(self) -> int:
-        """Records still in the SDK's batch queues once the bounded shutdown gave up on them
-        (a loaded machine, a collector down): taken out and counted, so that each is counted
-        once, here or by the buffer its processor may still hand it to."""
+        """Records still in the export queues once the bounded shutdown gave up on them (a
+        loaded machine, a collector down): taken out and counted, so that each is counted
+        once, here or by the buffer an export under way may still hand it to. The queues
+        are closed first: a record emitted later is counted as dropped."""
         taken = 0
-        for processor in self.batchers:
-            queue = getattr(getattr(processor, "_batch_processor", None), "_queue", None)
-            if not isinstance(queue, deque):
-                continue
-            while True:
-                try:
-                    queue.popleft()
-                except IndexError:
-                    break
-                taken += 1
+        for queue in self.queues:
+            queue.close()
+            taken += queue.take_all()
         return taken
 
 
@@ -327,30 +336,30 @@ def _owned(
 
         return run
 
-    # The bridge's event thread fills the SDK's queues much faster than torch records events; the
-    # SDK default (2048) would drop bursts the bridge's own queue accepted. Unless the user
-    # set them, size the SDK queues like the bridge's.
-    queue = settings.queue_size
-    bsp_queue = None if os.environ.get(OTEL_BSP_MAX_QUEUE_SIZE) else queue
-    blrp_queue = None if os.environ.get(OTEL_BLRP_MAX_QUEUE_SIZE) else queue
-
-    batchers: list[Any] = []
+    # The bridge's event thread fills the export queues much faster than torch records events;
+    # the SDK default (2048) would drop bursts the bridge's own queue accepted. Unless the user
+    # set OTEL_BSP/BLRP_MAX_QUEUE_SIZE, they are sized like the bridge's.
+    span_settings = BatchSettings.from_environment("traces", settings.queue_size)
+    log_settings = BatchSettings.from_environment("logs", settings.queue_size)
+    drops = QueueDrops()
+    queues: list[ExportQueue] = []
+    thread = export_thread(gate)  # its OS thread starts with the first queue
     span_processor: SynchronousMultiSpanProcessor | None = None
     trace_names = exporter_names("traces")
     if trace_names:
         span_processor = SynchronousMultiSpanProcessor()
         for name in trace_names:
-            batcher = BatchSpanProcessor(span_buffer(name), max_queue_size=bsp_queue)
-            batchers.append(batcher)
-            span_processor.add_span_processor(batcher)
+            spans = QueuedSpanProcessor(span_buffer(name), thread, span_settings, drops)
+            queues.append(spans.queue)
+            span_processor.add_span_processor(spans)
     logger_provider: LoggerProvider | None = None
     log_names = exporter_names("logs")
     if log_names:
         logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
         for name in log_names:
-            log_batcher = BatchLogRecordProcessor(log_buffer(name), max_queue_size=blrp_queue)
-            batchers.append(log_batcher)
-            logger_provider.add_log_record_processor(log_batcher)
+            logs = QueuedLogRecordProcessor(log_buffer(name), thread, log_settings, drops)
+            queues.append(logs.queue)
+            logger_provider.add_log_record_processor(logs)
     pipeline = Pipeline(
         logger_provider.get_logger(INSTRUMENTATION_SCOPE, version) if logger_provider else None,
         span_processor,
@@ -359,7 +368,8 @@ def _owned(
         delivery=delivery,
         warnings=warnings or ExportWarnings(),
         buffers=buffers,
-        batchers=batchers,
+        queues=queues,
+        drops=drops,
     )
     install_export_warnings(pipeline.warnings)
     by_signal = {s: [b.force_flush for b in buffers if b.signal == s] for s in _SPAN_AND_LOG}

@@ -2,7 +2,7 @@
 records in the context of the worker's ``worker`` span.
 
 They bypass the trace model: the agent chose the span's ids before the worker started (its
-``TRACEPARENT``), so each record is emitted straight into the SDK's batch log processor, whose
+``TRACEPARENT``), so each record is emitted straight into the pipeline's log processor, whose
 queue is bounded and whose drops the bridge counts (``dropped_sdk_queue``).
 """
 

@@ -107,8 +107,8 @@ def start_worker_telemetry(attach: bool = True) -> WorkerTelemetry:
     from opentelemetry import context, metrics, trace
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from elastic_otel.emit.export_queue import QueuedSpanProcessor
     from elastic_otel.emit.pipeline import (
         build_meter_provider,
         build_resource,
@@ -121,10 +121,9 @@ def start_worker_telemetry(attach: bool = True) -> WorkerTelemetry:
     resource = build_resource(_worker_resource())
     if not isinstance(trace.get_tracer_provider(), TracerProvider):
         tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        for name in exporter_names("traces"):
-            tracer_provider.add_span_processor(
-                BatchSpanProcessor(load_exporter("traces", name, gate))
-            )
+        for name in exporter_names("traces"):  # on the process's one export thread
+            exporter = load_exporter("traces", name, gate)
+            tracer_provider.add_span_processor(QueuedSpanProcessor(exporter, gate.export_thread()))
         trace.set_tracer_provider(tracer_provider)
         owned.append(tracer_provider)
     if not isinstance(metrics.get_meter_provider(), MeterProvider):

@@ -401,19 +401,10 @@ def test_later_export_warnings_are_counted_not_printed(
     logger.warning("Transient error StatusCode.UNAVAILABLE, retrying in %ss.", 1)
     logger.warning("Transient error StatusCode.UNAVAILABLE, retrying in %ss.", 2)
     logger.error("Failed to export batch", exc_info=_failing_export())
-    logger.warning("Queue full, dropping %s.", "span")  # the SDK's batch processor
+    logger.warning("Queue full, dropping %s.", "span")  # an application's batch processor
     logger.info("exporter detail %d", 7)
     logger.debug("more detail")
     shown = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert len([s for s in shown if s[0] >= logging.WARNING]) == 1
     assert shown[1:] == [(logging.INFO, "exporter detail 7"), (logging.DEBUG, "more detail")]
-    assert (warnings.seen, warnings.suppressed, warnings.queue_full) == (4, 3, 1)
-
-
-def test_queue_full_counts_even_as_the_first_warning(
-    otel_logger: tuple[logging.Logger, ExportWarnings],
-) -> None:
-    logger, warnings = otel_logger
-    logger.warning("Queue full, dropping %s.", "log")
-    logger.warning("Queue full, dropping %s.", "log")
-    assert (warnings.queue_full, warnings.suppressed) == (2, 1)
+    assert (warnings.seen, warnings.suppressed) == (4, 3)
