@@ -18,13 +18,16 @@ import functools
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elastic_otel.bridge.handler import OtelHandler, get_handler
 from elastic_otel.config.settings import Settings
-from elastic_otel.integration import agent_instrumentation, rendezvous_names
-from elastic_otel.integration import torch_metrics as metrics
+from elastic_otel.integration import rendezvous_names
 from elastic_otel.names.torch_names import DESTINATION, RDZV_DESTINATION, TORCH_EVENT_LOGGER_PREFIX
+
+if TYPE_CHECKING:  # imported when the bridge is activated, not when it is registered
+    from elastic_otel.integration.agent_instrumentation import AgentInstrumentation
+    from elastic_otel.integration.torch_metrics import TorchMetrics
 
 _lock = threading.RLock()
 _RUN_HOOK_FLAG = "__elastic_otel_run_hook__"  # on the wrapper of torch's agent run
@@ -77,18 +80,18 @@ class Registration:
     def __init__(
         self,
         handler: OtelHandler,
-        agent: agent_instrumentation.AgentInstrumentation | None = None,
+        agent: AgentInstrumentation | None = None,
     ) -> None:
         self.handler = handler
         self.settings: Settings = handler.settings
-        self.agent = agent if agent is not None else agent_instrumentation.AgentInstrumentation()
+        self._agent = agent
         self._lock = threading.RLock()
         # torch's registry entries this registration replaced: destination → what was there (None:
         # nothing was), to put back while the entry is still ours.
         self.replaced: dict[str, logging.Handler | None] = {}
         self.rendezvous_logger: logging.Logger | None = None  # the bridge was added to it
         self.restore_method_names: Callable[[], None] | None = None  # torch's, put back
-        self.metrics: metrics.TorchMetrics | None = None
+        self.metrics: TorchMetrics | None = None
         self.agent_wrapped = False
         # torch's event loggers whose level was lowered → their level before; the filters given
         # to the other handlers on them
@@ -97,6 +100,17 @@ class Registration:
         self.agent_run: tuple[type, Any] | None = None  # torch's agent class, its own run
         self.attachments: list[Callable[[], None]] = []  # each puts back what a launcher's
         # attachment changed beside torch (ft_launcher's copy of torch's registry)
+
+    @property
+    def agent(self) -> AgentInstrumentation:
+        """The instrumentation of torch's agent, made (and its modules imported) on first use:
+        a process where the bridge is registered but never activated imports none of it, the
+        larger part of the package (``BENCHMARKS.md`` §4, import rendezvous)."""
+        if self._agent is None:
+            from elastic_otel.integration.agent_instrumentation import AgentInstrumentation
+
+            self._agent = AgentInstrumentation()
+        return self._agent
 
     # --- install ------------------------------------------------------------------------------
 
@@ -202,7 +216,9 @@ class Registration:
     def _install_metrics(self) -> None:
         if self.metrics is not None:
             return
-        installation = metrics.TorchMetrics(
+        from elastic_otel.integration.torch_metrics import TorchMetrics
+
+        installation = TorchMetrics(
             self.handler, self.settings, watch=self.agent.watch, goodput=self.agent.goodput
         )
         if installation.install():

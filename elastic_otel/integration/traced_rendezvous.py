@@ -23,7 +23,6 @@ from typing import Any, Protocol
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from elastic_otel.bridge.handler import OtelHandler, get_handler
-from elastic_otel.integration import torch_metrics as metrics
 from elastic_otel.integration import torchrun_args
 from elastic_otel.integration.activation import activate
 from elastic_otel.integration.registration import rendezvous_routed
@@ -74,6 +73,8 @@ class TracedRendezvousHandler(RendezvousHandler):
         self._closed_recorded = False
         run_id = self._run_id()
         if run_id:
+            from elastic_otel.integration import torch_metrics as metrics  # imported when used
+
             metrics.set_run_id(run_id)
 
     # --- the RendezvousHandler interface -------------------------------------------------
@@ -134,6 +135,8 @@ class TracedRendezvousHandler(RendezvousHandler):
             self._record("set_closed", self._message("has marked the rendezvous", "as closed"))
 
     def num_nodes_waiting(self) -> int:
+        from elastic_otel.integration import torch_metrics as metrics
+
         waiting = self._inner.num_nodes_waiting()
         handler = metrics.installed_handler()
         if handler is not None and isinstance(waiting, int):
@@ -286,6 +289,8 @@ class TracedRendezvousHandler(RendezvousHandler):
         return self._successes
 
     def _duration(self, start: float, outcome: str) -> None:
+        from elastic_otel.integration import torch_metrics as metrics
+
         handler = metrics.installed_handler()
         if handler is None:
             return
