@@ -170,8 +170,8 @@ class ForkGuard:
         self._lock = threading.Lock()  # another thread may have held it at fork
         self.forked = True
         if self.bridge_running:
-            # The SDK's own fork hooks are about to restart the parent's export threads here.
-            # The child's map is the parent's at the fork, read just before it (gRPC's
+            # The child starts threads of its own (its bridge's, at its first event), which must
+            # not land on a stack the parent's threads left in glibc's cache. The child's map is the parent's at the fork, read just before it (gRPC's
             # threads, stopped for the fork, left their stacks in glibc's cache): not again.
             self.hold_inherited_stacks(self._at_fork)
         self.bridge_running = False
