@@ -171,8 +171,9 @@ class ForkGuard:
         self.forked = True
         if self.bridge_running:
             # The child starts threads of its own (its bridge's, at its first event), which must
-            # not land on a stack the parent's threads left in glibc's cache. The child's map is the parent's at the fork, read just before it (gRPC's
-            # threads, stopped for the fork, left their stacks in glibc's cache): not again.
+            # not land on a stack the parent's threads left in glibc's cache. The child's map
+            # is the parent's at the fork, read just before it (gRPC's threads, stopped for the
+            # fork, left their stacks in glibc's cache): not read again.
             self.hold_inherited_stacks(self._at_fork)
         self.bridge_running = False
         self._restore_default_stack_size()

@@ -41,8 +41,10 @@ QUIET_POLL_S = 0.5
 after a quiet spell reaches the console up to this late. A worker's end is read at once."""
 QUIET_AFTER_S = 2.0
 CHUNK = 65536
-READ_PER_POLL = 8 * 1024 * 1024
-"""Bytes read of one file per poll at most: what a worker writes faster waits on disk."""
+READ_PER_POLL = 1024 * 1024
+"""Bytes read of one file per poll at most: what a worker writes faster waits on disk, and the
+next poll comes at once, after the events and signals that came meanwhile (the event thread
+reads every file: a poll of 16 busy files stays within some tens of milliseconds)."""
 DRAIN_TIMEOUT_S = 10.0
 """How long closing a worker group waits for its files to be read to their end."""
 _KEPT_READERS = 256  # readers of ended streams kept for their last words
@@ -86,6 +88,7 @@ class WorkerOutput:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
+        self._reading = threading.Lock()  # one pass at a time: the event thread's, or finish()'s
         self._streams: list[_Stream] = []
         self._ended: OrderedDict[str, OutputReader] = OrderedDict()
         self._scheduled = False  # a task on the handler's event thread
@@ -104,6 +107,7 @@ class WorkerOutput:
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
+        self._reading = threading.Lock()
         self._streams = []
         self._scheduled = False
 
@@ -163,6 +167,10 @@ class WorkerOutput:
 
     def _read_all(self) -> bool:
         """One pass over the files; whether more is waiting to be read or echoed now."""
+        with self._reading:
+            return self._read_pass()
+
+    def _read_pass(self) -> bool:
         with self._lock:
             streams = list(self._streams)
         more = False
