@@ -22,6 +22,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from elastic_otel.bridge.event_thread import Task
 from elastic_otel.integration.stall_exchange import StallExchange
 from elastic_otel.model.p2p_edges import node_edges
 from elastic_otel.model.slow_nodes import node_inside
@@ -99,7 +100,7 @@ class FlightRecorderDumps:
     unanswered: tuple[int, ...]  # global ranks asked that wrote none in time
 
 
-Schedule = Callable[[Any, float], bool]
+Schedule = Callable[[Task, float], bool]
 """``schedule(task, delay_s)``: run ``task.run()`` on the bridge's event thread
 (:meth:`~elastic_otel.bridge.handler.OtelHandler.schedule`)."""
 
@@ -239,7 +240,7 @@ class TrainingWatch:
             request.finish()
         self._recompute_current()
 
-    # --- the thread --------------------------------------------------------------------------
+    # --- the event thread's task -------------------------------------------------------------
 
     def straggler_scores(self) -> list[RankScore]:
         """Every watched rank's straggler score over its node's last window (the gauges)."""
