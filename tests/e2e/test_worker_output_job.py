@@ -185,8 +185,12 @@ def test_a_10_mb_line_and_invalid_utf8_are_bounded_and_flagged(job: Job) -> None
     assert junk["attributes"][A.OUTPUT_INVALID_UTF8] is True
 
 
-CUT = r"(?<=rank \d out \d)|(?<=rank \d err \d)|(?<=\d)(?=rank \d )"
-"""Where a console line holds two: after one of the script's numbered lines, or before one."""
+CUT = (
+    r"(?<=rank \d out \d)|(?<=rank \d err \d)|(?<=\d)(?=rank \d )"
+    r"|(?<=.)(?=ValueError: rank \d handled)"
+)
+"""Where a console line holds two: after one of the script's numbered lines, before one, or
+before a traceback's last line (another worker's line, not yet ended, runs into it)."""
 
 
 def _lines(consoles: list[Console], stream: str) -> dict[str, list[str]]:
