@@ -23,6 +23,11 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _ATTR_BYTES = 256  # >= sizeof(pthread_attr_t) on every glibc platform (56 or 64)
 
 
+_MAX_GUARD = 1 << 20
+"""A thread's guard is a page or a few (``pthread_attr_setguardsize``); a larger inaccessible
+mapping under a read-write one is a malloc arena's reserve under the next arena."""
+
+
 def thread_stack_sizes() -> list[int]:
     """Sizes in bytes of the thread stacks mapped in this process, guard page included (empty
     where the OS does not say). A stack is an anonymous read-write mapping right above its
@@ -30,19 +35,26 @@ def thread_stack_sizes() -> list[int]:
     those in glibc's cache. A mapping of that shape that is no stack costs one idle mapping."""
     try:
         with open("/proc/self/maps", "rb") as maps:
-            lines = maps.read().splitlines()
+            text = maps.read()
     except OSError:
         return []
     sizes = []
     guard: tuple[int, int] | None = None
-    for line in lines:
+    # An anonymous mapping's line ends with its inode, 0: only those few dozen of the
+    # process's hundreds of lines are parsed (this runs at every fork).
+    for line in text.split(b"\n"):
+        if not line.endswith((b" 0", b" 0 ")):
+            continue
         fields = line.split()
+        if len(fields) != 5:
+            guard = None
+            continue
         start_hex, _, end_hex = fields[0].partition(b"-")
         start, end = int(start_hex, 16), int(end_hex, 16)
-        anonymous = len(fields) == 5
-        if anonymous and fields[1] == b"rw-p" and guard is not None and guard[1] == start:
+        if fields[1] == b"rw-p" and guard is not None and guard[1] == start:
             sizes.append(end - guard[0])
-        guard = (start, end) if anonymous and fields[1] == b"---p" else None
+        small = end - start <= _MAX_GUARD
+        guard = (start, end) if fields[1] == b"---p" and small else None
     return sizes
 
 
@@ -140,6 +152,8 @@ class ForkGuard:
         self._restore = 0  # the default stack size the parent raised for a fork, or 0
         self._pthreads = _pthreads()
         self._at_fork: list[int] | None = None  # the stacks read for the fork under way
+        self._read: tuple[bytes, list[int]] | None = None  # (virtual size, stacks) last read
+        self._raised_block = 0  # the stack block of a thread started while the size is raised
 
     def watch(self) -> None:
         """Guard every fork from now on (idempotent)."""
@@ -189,7 +203,7 @@ class ForkGuard:
             self.forked = False
             held = 0
             try:
-                for block in thread_stack_sizes() if stacks is None else stacks:
+                for block in self._stacks() if stacks is None else stacks:
                     # The request (size + guard page) equals the block: glibc hands out the
                     # cached block of exactly that size while one is left.
                     held += self._pthreads.start_finished_thread(block - _PAGE) != 0
@@ -203,13 +217,37 @@ class ForkGuard:
         try:
             assert self._pthreads is not None
             current = self._pthreads.default_stack_size()
-            self._at_fork = thread_stack_sizes()
-            size = stack_size_above(self._at_fork, current)
+            self._at_fork = self._stacks()
+            # Over four times the default: glibc never serves such a block, once cached, to a
+            # thread started with the default size (a store's daemon), so the threads started
+            # while it is raised (gRPC's) are the only ones on blocks of that size.
+            size = stack_size_above(self._at_fork, 4 * (current + _PAGE))
             if current > 0 and size != current and self._pthreads.set_default_stack_size(size):
+                self._raised_block = size + _PAGE
                 return current
         except Exception:
             _logger.debug("elastic-otel: default stack size not raised", exc_info=True)
         return 0
+
+    def _stacks(self) -> list[int]:
+        """The stacks a fork keeps as it found them: :func:`thread_stack_sizes` but those of
+        the threads gRPC restarted inside an earlier fork (the raised size's blocks: no torch
+        store joins them), so that every fork raises the size to the same value and gRPC's
+        threads in the parent take back their own cached stacks, not new ones.
+
+        The map is read again only when the process's virtual size changed since the last
+        read: a stack is mapped or unmapped whole (an exited thread's stays mapped, joined or
+        not), so the sizes cannot change alone, and a fork reads 50 bytes instead of a map of
+        hundreds of lines (~0.5 ms in a process with torch)."""
+        try:
+            with open("/proc/self/statm", "rb") as statm:
+                size = statm.read().split(b" ", 1)[0]
+        except OSError:
+            size = b""
+        read = self._read
+        if not size or read is None or read[0] != size:
+            read = self._read = (size, thread_stack_sizes())
+        return [block for block in read[1] if block != self._raised_block]
 
     def _restore_default_stack_size(self) -> None:
         restore, self._restore = self._restore, 0

@@ -158,28 +158,40 @@ libc = ctypes.CDLL(None)
 usleep = ctypes.c_void_p(ctypes.cast(libc.usleep, ctypes.c_void_p).value)
 pause = ctypes.c_void_p(ctypes.cast(libc.pause, ctypes.c_void_p).value)
 joinable = []
-for routine in (pause, pause, pause, usleep, usleep, usleep):
+
+
+def start_joinable(routine):
     ident = ctypes.c_ulong()
     assert libc.pthread_create(ctypes.byref(ident), None, routine, ctypes.c_void_p(1)) == 0
     joinable.append(ident.value)
-inherited.update(joinable)
+    inherited.add(ident.value)
+
+
+for routine in (pause, pause, pause, usleep, usleep, usleep):
+    start_joinable(routine)
 time.sleep(0.2)
-pid = os.fork()
-if pid == 0:
-    started = [threading.Thread(target=stop.wait, daemon=True) for _ in range(6)]
-    for t in started:
-        t.start()
-    reused = len(inherited & {t.ident for t in started})
-    for _ in range(12):  # threads that end: their stacks overflow glibc's cache, which shrinks
-        t = threading.Thread(target=time.sleep, args=(0.001,))
-        t.start()
-        t.join()
-    # What an inherited store does when destroyed: join its daemon by id.
-    joins = [libc.pthread_join(ctypes.c_ulong(i), None) for i in joinable]
-    print(json.dumps({"reused": reused, "joins": joins}), flush=True)
-    os._exit(0)
-_, status = os.waitpid(pid, 0)
-print(json.dumps({"child_status": status}))
+# Three forks: the second after one more daemon exited unjoined (its stack is new since the
+# map was last read), the third with nothing changed (the stacks read for the second serve).
+for fork in range(3):
+    if fork == 1:
+        start_joinable(usleep)
+        time.sleep(0.05)
+    pid = os.fork()
+    if pid == 0:
+        started = [threading.Thread(target=stop.wait, daemon=True) for _ in range(6)]
+        for t in started:
+            t.start()
+        reused = len(inherited & {t.ident for t in started})
+        for _ in range(12):  # threads that end: their stacks overflow glibc's cache, which shrinks
+            t = threading.Thread(target=time.sleep, args=(0.001,))
+            t.start()
+            t.join()
+        # What an inherited store does when destroyed: join its daemon by id.
+        joins = [libc.pthread_join(ctypes.c_ulong(i), None) for i in joinable]
+        print(json.dumps({"fork": fork, "reused": reused, "joins": joins}), flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"fork": fork, "child_status": status}), flush=True)
 """
 
 
@@ -198,9 +210,15 @@ def test_inherited_threads_stay_as_fork_left_them() -> None:
             timeout=60,
         )
         assert done.returncode == 0, done.stderr
-        lines = [json.loads(line) for line in done.stdout.splitlines()]
-        outcomes[guard] = {k: v for line in lines for k, v in line.items()}
-    assert outcomes["on"] == {"reused": 0, "joins": [0] * 6, "child_status": 0}
-    off = outcomes["off"]
+        outcomes[guard] = {}
+        for line in done.stdout.splitlines():
+            record = json.loads(line)
+            outcomes[guard].setdefault(record.pop("fork"), {}).update(record)
+    assert outcomes["on"] == {
+        0: {"reused": 0, "joins": [0] * 6, "child_status": 0},
+        1: {"reused": 0, "joins": [0] * 7, "child_status": 0},
+        2: {"reused": 0, "joins": [0] * 7, "child_status": 0},
+    }
+    off = outcomes["off"][0]
     assert off.get("reused", 1) > 0, off
     assert off["child_status"] != 0 or any(off["joins"]), off
