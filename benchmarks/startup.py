@@ -1,7 +1,7 @@
 """Section 4: what having the package installed costs processes that do not use it.
 
-Environments (hyperfine-style statistics computed here, runs interleaved A/B/C to cancel
-drift, warm-up runs first so that file caches are hot for all):
+Environments (hyperfine-style statistics computed here, runs interleaved A/B/C, B/C/A, C/A/B
+to cancel drift and order, warm-up runs first so that file caches are hot for all):
 
 * ``with``: the project's venv, elastic-otel installed (editable: a ``.pth`` import hook);
 * ``without``: a venv made with ``python -m venv`` from the same interpreter whose
@@ -151,18 +151,21 @@ def _time_once(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
 def compare(
     commands: dict[str, list[str]], env: dict[str, str], runs: int, warmup: int
 ) -> dict[str, Any]:
-    """Interleaved timings of each named command; mean/stdev/median/min and ratios to the first."""
+    """Interleaved timings of each named command, each run in a rotated order; mean, stdev,
+    median, min and their ratios to the last (the baseline)."""
     times: dict[str, list[float]] = {name: [] for name in commands}
     stdout: dict[str, str] = {}
     for _ in range(warmup):
         for cmd in commands.values():
             _time_once(cmd, env)
-    for _ in range(runs):
-        for name, cmd in commands.items():
-            elapsed, stdout[name] = _time_once(cmd, env)
+    names = list(commands)
+    for run in range(runs):
+        # Each run starts with another variant: a fixed order biases the ratios (the one
+        # after another reads what that one left in the caches) by about as much as 1.02x.
+        for name in names[run % len(names) :] + names[: run % len(names)]:
+            elapsed, stdout[name] = _time_once(commands[name], env)
             times[name].append(elapsed)
     out: dict[str, Any] = {"runs": runs, "variants": {}, "stdout": stdout}
-    names = list(commands)
     base = names[-1]  # the last one is the baseline ("without")
     b_mean, b_sd = statistics.fmean(times[base]), _sd(times[base])
     for name in names:
@@ -346,7 +349,8 @@ def render(st: dict[str, Any]) -> list[str]:
     lines = [
         TITLE,
         "",
-        "Wall time of whole processes, runs of the variants interleaved after warm-up runs, "
+        "Wall time of whole processes, runs of the variants interleaved (each run in a rotated "
+        "order) after warm-up runs, "
         "from a neutral working directory; ratio ± error as hyperfine computes it. "
         "Environments: " + "; ".join(f"*{k}* = `{v}`" for k, v in st["venvs"].items()) + ". "
         "*without* is a venv made from the same interpreter whose site-packages symlinks every "
