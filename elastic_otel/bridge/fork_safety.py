@@ -212,8 +212,8 @@ class ForkGuard:
             return held
 
     def _raise_default_stack_size(self) -> int:
-        """Raise the default stack size above every thread stack mapped; the size it had, or 0
-        if unchanged. Never raises."""
+        """Raise the default stack size above every thread stack mapped and over four times
+        itself; the size it had, or 0 if unchanged. Never raises."""
         try:
             assert self._pthreads is not None
             current = self._pthreads.default_stack_size()
