@@ -12,6 +12,7 @@ state here and nowhere else (design: ``docs/architecture.md``).
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from typing import TYPE_CHECKING
@@ -39,6 +40,23 @@ class BridgeProcess:
         self.lock = threading.RLock()
         self.handler: logging.Handler | None = None
         self.run_id: str | None = None
+        self.heap_frozen = False
+
+    def freeze_heap(self) -> None:
+        """Once per process, as the bridge starts: move every object alive now (torch's and
+        the host's modules: ~170,000 in torchrun's agent) out of the cyclic GC's scans.
+
+        Each full collection walks every tracked object, ~90 ms for torchrun's heap, and the
+        bridge makes them come: its SDK imports set one off before the rendezvous, a burst of
+        records one a second (``BENCHMARKS.md`` §3, §4). Frozen objects are still freed by
+        reference counting; only a reference cycle among them that dies later is never
+        collected, so the young generations are collected first (their cycles are the ones
+        that die). ``ELASTIC_OTEL_GC_FREEZE=false`` leaves the collector alone."""
+        if self.heap_frozen:
+            return
+        self.heap_frozen = True
+        gc.collect(1)
+        gc.freeze()
 
     @property
     def export_warnings(self) -> ExportWarnings:

@@ -39,6 +39,7 @@ from elastic_otel.names.environment_variables import (
     ELASTIC_OTEL_ENABLED,
     ELASTIC_OTEL_EXIT_TIMEOUT,
     ELASTIC_OTEL_FORK_GUARD,
+    ELASTIC_OTEL_GC_FREEZE,
     ELASTIC_OTEL_GOODPUT,
     ELASTIC_OTEL_HEARTBEAT_LOGS,
     ELASTIC_OTEL_LINK_STATS,
@@ -108,6 +109,8 @@ class Settings:
     """``ELASTIC_OTEL_ROUND_TRACE_MAX_NODES``: larger rounds get a trace per node (0: never)."""
     fork_guard: bool = True
     """``ELASTIC_OTEL_FORK_GUARD``."""
+    gc_freeze: bool = True
+    """``ELASTIC_OTEL_GC_FREEZE``: the heap alive when the bridge starts leaves the GC's scans."""
     raw_limit: int = DEFAULT_RAW_LIMIT
     """``ELASTIC_OTEL_RAW_LIMIT``: characters of unparseable input kept."""
     worker_startup: bool = True
@@ -160,6 +163,7 @@ class Settings:
                 ELASTIC_OTEL_ROUND_TRACE_MAX_NODES, DEFAULT_ROUND_TRACE_MAX_NODES
             ),
             fork_guard=env_flag(ELASTIC_OTEL_FORK_GUARD, True),
+            gc_freeze=env_flag(ELASTIC_OTEL_GC_FREEZE, True),
             raw_limit=env_int(ELASTIC_OTEL_RAW_LIMIT, DEFAULT_RAW_LIMIT),
             worker_startup=env_flag(ELASTIC_OTEL_WORKER_STARTUP, True),
             goodput=env_flag(ELASTIC_OTEL_GOODPUT, True),

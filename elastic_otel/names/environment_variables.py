@@ -91,6 +91,10 @@ ELASTIC_OTEL_FORK_GUARD = "ELASTIC_OTEL_FORK_GUARD"
 """``false``: no fork guard (:mod:`elastic_otel.bridge.fork_safety`); a forked child of a bridged
 process may then hang where it would crash without the bridge (default ``true``)."""
 
+ELASTIC_OTEL_GC_FREEZE = "ELASTIC_OTEL_GC_FREEZE"
+"""``false``: leave the process's cyclic garbage collector as it is when the bridge starts
+(:meth:`elastic_otel.bridge.process.BridgeProcess.freeze_heap`; default ``true``)."""
+
 ELASTIC_OTEL_RAW_LIMIT = "ELASTIC_OTEL_RAW_LIMIT"
 """Characters of unparseable input kept on the flagged log record (default ``4096``)."""
 DEFAULT_RAW_LIMIT = 4096
