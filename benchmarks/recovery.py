@@ -167,7 +167,7 @@ def render(rec: dict[str, Any]) -> list[str]:
 
 
 def targets(rec: dict[str, Any]) -> list[Target]:
-    """Section 7's row of the results table: recovery with ÷ without."""
+    """Section 7's rows of the results table: recovery and the whole job, with ÷ without."""
     rows: list[Target] = []
     if rec.get("recovery_ratio_median") is not None:
         rows.append(
@@ -177,6 +177,15 @@ def targets(rec: dict[str, Any]) -> list[Target]:
                 f"({_x(rec['recovery_ratio_paired_median'], 3)} paired)",
                 "≤ 1.02x",
                 rec["recovery_ratio_median"] <= 1.02,
+            )
+        )
+    if rec.get("wall_ratio_median") is not None:  # issue 48: "median, and the whole failing job"
+        rows.append(
+            (
+                "7. the whole failing job (start, failure, restart, exit), with ÷ without",
+                f"{_x(rec['wall_ratio_median'], 3)} median",
+                "≤ 1.02x",
+                rec["wall_ratio_median"] <= 1.02,
             )
         )
     return rows
