@@ -195,8 +195,6 @@ class OtelHandler(logging.Handler):
             if self._started:
                 return
             self.process.fork_guard.hold_inherited_stacks()  # before the first bridge thread here
-            if self.settings.gc_freeze:
-                self.process.freeze_heap()  # before the SDK's imports: see its docstring
             with bridge_section():
                 emitter = self._build_pipeline()
             from elastic_otel.bridge.conversion import Conversion

@@ -43,8 +43,8 @@ class BridgeProcess:
         self.heap_frozen = False
 
     def freeze_heap(self) -> None:
-        """Once per process, as the bridge starts: move every object alive now (torch's and
-        the host's modules: ~170,000 in torchrun's agent) out of the cyclic GC's scans.
+        """Once per process, when the bridge is activated: move every object alive now
+        (torch's and the host's modules: ~170,000 in torchrun's agent) out of the GC's scans.
 
         Each full collection walks every tracked object, ~90 ms for torchrun's heap, and the
         bridge makes them come: its SDK imports set one off before the rendezvous, a burst of

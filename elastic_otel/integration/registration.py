@@ -132,6 +132,8 @@ class Registration:
             if route_rendezvous:
                 self._route_rendezvous(registry)
             if start:
+                if self.settings.gc_freeze:  # before the SDK's imports: see its docstring
+                    self.handler.process.freeze_heap()
                 self._admit_events(DESTINATION)
                 if route_rendezvous:
                     self._admit_events(RDZV_DESTINATION)
