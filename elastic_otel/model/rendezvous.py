@@ -56,14 +56,17 @@ class RendezvousModel:
         self._spans = NodeSpans(trace_ids, listener, event_limit, round_trace_max_nodes)
         self.heartbeat_logs = heartbeat_logs
         self.heartbeat_logs_skipped = 0
-        self.nodes: OrderedDict[NodeKey, Node] = OrderedDict()
+        self.nodes: OrderedDict[NodeKey, Node] = OrderedDict()  # least recently active first
+        # The same nodes by run id, in the same order: the lookups by run id, once per event,
+        # must not walk every node a replay of thousands of nodes or an aggregator tracks.
+        self._runs: dict[str, OrderedDict[NodeKey, Node]] = {}
 
     # --- queries ----------------------------------------------------------------------------
 
     def latest_node(self, run_id: str, pid: int | None = None) -> Node | None:
         """The most recently active node of ``run_id`` (of process ``pid`` when given)."""
-        for node in reversed(self.nodes.values()):
-            if node.run_id == run_id and (pid is None or node.pid == pid):
+        for node in reversed(self._runs.get(run_id, {}).values()):
+            if pid is None or node.pid == pid:
                 return node
         return None
 
@@ -95,8 +98,8 @@ class RendezvousModel:
 
     def open_span_of_rank(self, run_id: str, rank: int) -> SpanRecord | None:
         """The open span (member, else join) of the node holding ``rank`` in ``run_id``."""
-        for node in reversed(self.nodes.values()):
-            if node.run_id == run_id and node.rank == rank:
+        for node in reversed(self._runs.get(run_id, {}).values()):
+            if node.rank == rank:
                 span = node.member or node.join
                 if span is not None and span.trace_id:
                     return span
@@ -151,8 +154,10 @@ class RendezvousModel:
                 key = node.key
         if node is None:
             node = self.nodes[key] = Node(ev.run_id, ev.hostname, ev.pid, ev.local_id)
+            self._runs.setdefault(ev.run_id, OrderedDict())[key] = node
             return node, True
         self.nodes.move_to_end(key)
+        self._runs[node.run_id].move_to_end(key)
         return node, False
 
     def _apply(self, node: Node, ev: ElasticEvent, out: Output) -> None:
@@ -210,8 +215,17 @@ class RendezvousModel:
             self._spans.close(node, t, reason, error, out)
 
     def evict_oldest(self, t: int, out: Output) -> None:
-        _, node = self.nodes.popitem(last=False)
+        key, node = self.nodes.popitem(last=False)
+        run = self._runs[node.run_id]
+        del run[key]
+        if not run:
+            del self._runs[node.run_id]
         self._spans.close(node, t, "evicted: state limit reached", False, out)
+
+    def forget(self) -> None:
+        """Drop every node (after :meth:`end_open`)."""
+        self.nodes.clear()
+        self._runs.clear()
 
 
 def _count(attrs: SpanAttributes, key: str) -> int:

@@ -88,7 +88,7 @@ class TraceModel:
         self.agents.end_open(time_ns, reason, error, out)
         self.rendezvous.end_open(time_ns, reason, error, out)
         self.agents.agents.clear()
-        self.rendezvous.nodes.clear()
+        self.rendezvous.forget()
         return out
 
     def terminate(self, time_ns: int, reason: str) -> Output:
