@@ -274,10 +274,27 @@ def own_cpu_seconds() -> float:
     return total
 
 
+def cpu_probe_ms() -> float:
+    """Best of 5 timings of one fixed pure-Python workload (integer arithmetic, JSON text both
+    ways), ms: how fast this virtual machine runs right now. Its host's speed drifts from day
+    to day and hour to hour, which moves every absolute number (events/s, ms of CPU) with it."""
+    doc = {"name": "probe", "metadata": {"rank": 3, "hosts": ["node-0001"] * 8, "t": 1.5}}
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        total = sum(i * i for i in range(100_000))
+        for _ in range(2_000):
+            total += len(json.loads(json.dumps(doc)))
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
 class ForeignLoad:
-    """CPU used by processes outside this benchmark between start() and stop()."""
+    """CPU used by processes outside this benchmark between start() and stop(), and the
+    machine's speed (:func:`cpu_probe_ms`) at the start."""
 
     def __init__(self) -> None:
+        self.probe_ms = cpu_probe_ms()
         self.t0 = time.monotonic()
         self.busy0 = machine_busy_seconds()
         self.own0 = own_cpu_seconds()
@@ -290,6 +307,7 @@ class ForeignLoad:
             "elapsed_s": elapsed,
             "foreign_cpu_s": max(0.0, foreign),
             "foreign_share": max(0.0, foreign) / capacity if capacity else 0.0,
+            "probe_ms": self.probe_ms,
         }
 
 

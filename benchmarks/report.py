@@ -92,6 +92,17 @@ def _machine(results: dict[str, Any]) -> list[str]:
             + ". Numbers of a section with a high share are disturbed.",
             "",
         ]
+        probes = [(name, v["probe_ms"]) for name, v in load.items() if "probe_ms" in v]
+        if probes:
+            lines += [
+                "The machine's speed before each section: one fixed pure-Python workload "
+                "(`benchmarks/common.py` `cpu_probe_ms`, best of 5), ms: "
+                + ", ".join(f"{name} {ms:.1f}" for name, ms in probes)
+                + ". The virtual machine's host runs faster or slower from hour to hour; "
+                "absolute numbers (events/s, ms of CPU per second) move with it, ratios "
+                "measured within one section much less.",
+                "",
+            ]
     return lines
 
 
