@@ -240,17 +240,10 @@ class OtelHandler(logging.Handler):
                 )
             if self._pipeline is None:
                 return None
-            from elastic_otel.emit.emitter import Emitter
             from elastic_otel.version import __version__
 
-            p = self._pipeline
-            return Emitter(
-                p.logger,
-                p.span_processor if self._traces else None,
-                p.resource,
-                __version__,
-                exception_signal=self.settings.exception_signal,
-            )
+            signal = self.settings.exception_signal
+            return self._pipeline.emitter(__version__, self._traces, signal)
         except Exception as e:
             _logger.warning("elastic-otel: telemetry disabled, set-up failed: %s", e)
             self._pipeline = None

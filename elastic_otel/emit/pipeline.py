@@ -26,17 +26,19 @@ from opentelemetry.environment_variables import (
     OTEL_METRICS_EXPORTER,
     OTEL_TRACES_EXPORTER,
 )
-from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs import LoggerProvider, LogRecordLimits
 from opentelemetry.sdk.environment_variables import (
     OTEL_EXPORTER_OTLP_COMPRESSION,
     OTEL_EXPORTER_OTLP_LOGS_COMPRESSION,
     OTEL_EXPORTER_OTLP_METRICS_COMPRESSION,
     OTEL_EXPORTER_OTLP_TRACES_COMPRESSION,
+    OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED,
     OTEL_SDK_DISABLED,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 
+from elastic_otel.config.environment import env_flag
 from elastic_otel.config.settings import Settings
 from elastic_otel.emit import counters as C
 from elastic_otel.emit.bounded import run_bounded
@@ -48,6 +50,7 @@ from elastic_otel.emit.delivery import (
     SpanOutageBuffer,
     install_export_warnings,
 )
+from elastic_otel.emit.emitter import Emitter
 from elastic_otel.emit.export_gate import ExportGate, gate_grpc_calls
 from elastic_otel.emit.export_queue import (
     BatchSettings,
@@ -222,8 +225,24 @@ class Pipeline:
     buffers: list[OutageBuffer] = field(default_factory=list)
     queues: list[ExportQueue] = field(default_factory=list)  # the export queues it built
     drops: QueueDrops = field(default_factory=QueueDrops)  # what its queues refused
+    # Where the emitter may put log records itself: the queues behind ``logger`` and its
+    # provider's limits, when both are the pipeline's own (none: through ``logger``).
+    log_sinks: list[Callable[[Any], None]] = field(default_factory=list)
+    log_limits: LogRecordLimits | None = None
     _closers: list[Callable[[], Any]] = field(default_factory=list)
     _flushers: list[Callable[[], Any]] = field(default_factory=list)
+
+    def emitter(self, version: str, traces: bool, exception_signal: str | None) -> Emitter:
+        """An emitter onto this pipeline (``traces``: spans as well as logs)."""
+        return Emitter(
+            self.logger,
+            self.span_processor if traces else None,
+            self.resource,
+            version,
+            exception_signal,
+            self.log_sinks,
+            self.log_limits,
+        )
 
     def pending(self) -> int:
         """Records held back because the collector did not answer."""
@@ -354,12 +373,19 @@ def _owned(
             span_processor.add_span_processor(spans)
     logger_provider: LoggerProvider | None = None
     log_names = exporter_names("logs")
+    log_limits = LogRecordLimits()
+    log_queues: list[ExportQueue] = []
     if log_names:
-        logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
+        logger_provider = LoggerProvider(
+            resource=resource, shutdown_on_exit=False, log_record_limits=log_limits
+        )
         for name in log_names:
             logs = QueuedLogRecordProcessor(log_buffer(name), thread, log_settings, drops)
-            queues.append(logs.queue)
+            log_queues.append(logs.queue)
             logger_provider.add_log_record_processor(logs)
+        queues.extend(log_queues)
+    if env_flag(OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED, False):
+        log_queues = []  # the SDK's logger counts what it emits: through it, then
     pipeline = Pipeline(
         logger_provider.get_logger(INSTRUMENTATION_SCOPE, version) if logger_provider else None,
         span_processor,
@@ -370,6 +396,8 @@ def _owned(
         buffers=buffers,
         queues=queues,
         drops=drops,
+        log_sinks=[queue.put for queue in log_queues],
+        log_limits=log_limits,
     )
     install_export_warnings(pipeline.warnings)
     by_signal = {s: [b.force_flush for b in buffers if b.signal == s] for s in _SPAN_AND_LOG}

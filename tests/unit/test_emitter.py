@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
+from opentelemetry.sdk._logs import LoggerProvider, LogRecordLimits, ReadableLogRecord
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
@@ -147,6 +147,41 @@ def test_emit_output_hands_over_its_spans_and_logs(sdk: Sdk) -> None:
     sdk.emitter.emit_output(Output(spans=[span], logs=[(event, 9, 8), (event, 0, 0)]))
     assert sdk.one_span().name == A.SPAN_RDZV_MEMBER
     assert [(r.log_record.trace_id or 0) for r in sdk.log_records()] == [9, 0]
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        LogRecordLimits(),  # the defaults: nothing to cut
+        LogRecordLimits(max_attributes=3),  # cut, and counted as dropped
+        LogRecordLimits(max_attribute_length=4),  # every string value clipped
+    ],
+    ids=["defaults", "3 attributes", "values of 4 characters"],
+)
+def test_records_put_on_the_queues_encode_as_the_sdk_loggers_do(limits: LogRecordLimits) -> None:
+    """Where the pipeline is its own, the emitter puts records on the export queues itself:
+    on the wire they must be exactly what the SDK's Logger.emit and processor make."""
+    logs = InMemoryLogRecordExporter()
+    provider = LoggerProvider(resource=RESOURCE, shutdown_on_exit=False, log_record_limits=limits)
+    provider.add_log_record_processor(SimpleLogRecordProcessor(logs))
+    through_logger = Emitter(provider.get_logger("elastic_otel", "9.9"), None, RESOURCE, "9.9")
+    queued: list[ReadableLogRecord] = []
+    direct = Emitter(
+        provider.get_logger("elastic_otel", "9.9"), None, RESOURCE, "9.9",
+        log_sinks=[queued.append], log_limits=limits,
+    )  # fmt: skip
+    for emitter in (through_logger, direct):
+        emitter.emit_log(parse_event(FAILED_WORKER, 1_700_000_000_000_000_000), 0xABC, 0xDEF)
+        emitter.emit_log(parse_event(JOINED, 5), 0, 0)
+    assert len(queued) == 2
+    expected = encode_logs(list(logs.get_finished_logs()))
+    assert encode_logs(queued) == expected
+    records = expected.resource_logs[0].scope_logs[0].log_records
+    if limits.max_log_record_attributes == 3:
+        assert [len(r.attributes) for r in records] == [3, 3]
+        assert all(r.dropped_attributes_count > 0 for r in records)
+    if limits.max_log_record_attribute_length == 4:
+        assert max(len(kv.value.string_value) for r in records for kv in r.attributes) == 4
 
 
 def test_nothing_is_emitted_without_a_logger_or_processor() -> None:
