@@ -5,8 +5,9 @@ No threads and no network: each stage runs over the whole mixed stream in a loop
 
 * ``parse``: ``parsing.parse_event`` (JSON text → ``ElasticEvent``);
 * ``model``: ``TraceModel.process`` (fresh model per pass: spans and logs to emit);
-* ``emit log`` / ``emit span``: ``Emitter.emit_log`` / ``emit_span`` into SDK processors that
-  only collect (what the batch processors' ``emit`` costs is left out: a deque append);
+* ``emit log`` / ``emit span``: ``Emitter.emit_log`` / ``emit_span`` made as the pipeline makes
+  it (``Pipeline.emitter``): log records onto a list where its export queues would be, spans
+  into an SDK span processor that only collects (the queues' own append is left out);
 * ``encode logs`` / ``encode spans``: the OTLP exporters' protobuf translation
   (``encode_logs`` / ``encode_spans`` on batches of 512, as the batch processors hand them)
   plus ``SerializeToString``;
@@ -56,12 +57,16 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
     common.pin(common.measured_cpu())
     from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-    from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler, LogRecordProcessor
+    from opentelemetry.sdk._logs import (
+        LoggerProvider,
+        LoggingHandler,
+        LogRecordLimits,
+        LogRecordProcessor,
+    )
     from opentelemetry.sdk.trace import SpanProcessor
 
     from benchmarks import events as ev
-    from elastic_otel.emit.emitter import Emitter
-    from elastic_otel.emit.pipeline import build_resource
+    from elastic_otel.emit.pipeline import Pipeline, build_resource
     from elastic_otel.model.trace_model import TraceModel
     from elastic_otel.parsing.torch_events import parse_event
 
@@ -107,9 +112,17 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
 
     resource = build_resource()
     log_sink, span_sink = Collect(), Collect()
-    provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
-    provider.add_log_record_processor(log_sink)
-    emitter = Emitter(provider.get_logger("elastic_otel", "bench"), span_sink, resource, "bench")
+    limits = LogRecordLimits()
+    provider = LoggerProvider(resource=resource, shutdown_on_exit=False, log_record_limits=limits)
+    pipeline = Pipeline(
+        provider.get_logger("elastic_otel", "bench"),
+        span_sink,
+        resource,
+        owned=True,
+        log_sinks=[log_sink.items.append],
+        log_limits=limits,
+    )
+    emitter = pipeline.emitter("bench", True, None)
 
     def emit_logs() -> None:
         log_sink.items.clear()
