@@ -50,7 +50,7 @@ from elastic_otel.emit.delivery import (
     SpanOutageBuffer,
     install_export_warnings,
 )
-from elastic_otel.emit.emitter import Emitter
+from elastic_otel.emit.emitter import Emitter, LogSink
 from elastic_otel.emit.export_gate import ExportGate, gate_grpc_calls
 from elastic_otel.emit.export_queue import (
     BatchSettings,
@@ -227,7 +227,7 @@ class Pipeline:
     drops: QueueDrops = field(default_factory=QueueDrops)  # what its queues refused
     # Where the emitter may put log records itself: the queues behind ``logger`` and its
     # provider's limits, when both are the pipeline's own (none: through ``logger``).
-    log_sinks: list[Callable[[Any], None]] = field(default_factory=list)
+    log_sinks: list[LogSink] = field(default_factory=list)
     log_limits: LogRecordLimits | None = None
     _closers: list[Callable[[], Any]] = field(default_factory=list)
     _flushers: list[Callable[[], Any]] = field(default_factory=list)
@@ -384,8 +384,8 @@ def _owned(
             log_queues.append(logs.queue)
             logger_provider.add_log_record_processor(logs)
         queues.extend(log_queues)
-    if env_flag(OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED, False):
-        log_queues = []  # the SDK's logger counts what it emits: through it, then
+    # The SDK's logger counts what it emits when its internal metrics are on: through it, then.
+    counted = env_flag(OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED, False)
     pipeline = Pipeline(
         logger_provider.get_logger(INSTRUMENTATION_SCOPE, version) if logger_provider else None,
         span_processor,
@@ -396,7 +396,7 @@ def _owned(
         buffers=buffers,
         queues=queues,
         drops=drops,
-        log_sinks=[queue.put for queue in log_queues],
+        log_sinks=[] if counted else [queue.put for queue in log_queues],
         log_limits=log_limits,
     )
     install_export_warnings(pipeline.warnings)
