@@ -36,9 +36,12 @@ from contextlib import contextmanager, suppress
 from typing import Protocol
 
 from elastic_otel.emit.counters import EventCounters
+from elastic_otel.emit.export_thread import name_native_thread
 from elastic_otel.names import environment_variables as env
 
 _logger = logging.getLogger("elastic_otel")
+
+THREAD_NAME = "elastic-otel"
 
 _POLL_S = 0.05
 _IDLE_S = 1.0
@@ -121,7 +124,7 @@ class EventThread:
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)
             os.set_blocking(self._wake_w, False)
-            self._thread = threading.Thread(target=self._run, name="elastic-otel", daemon=True)
+            self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
             self._thread.start()
         except (OSError, RuntimeError):  # no descriptor left, or interpreter shutting down:
             self._thread = None  # events are processed inline
@@ -279,6 +282,7 @@ class EventThread:
     # --- the event thread ------------------------------------------------------------------
 
     def _run(self) -> None:
+        name_native_thread(THREAD_NAME)
         _bridge_thread.inside = True
         found = True
         poller, polled = select.poll(), self._fds

@@ -76,7 +76,7 @@ def _settle(rx: OtlpReceiver, seconds: float = 0.4) -> tuple[int, int]:
 
 SCRIPT = textwrap.dedent(
     """
-    import json, sys, threading
+    import json, pathlib, sys, threading
     from opentelemetry.sdk.trace import TracerProvider
     from elastic_otel.bridge.process import bridge_process
     from elastic_otel.emit.pipeline import build_meter_provider, build_pipeline, build_resource
@@ -90,6 +90,8 @@ SCRIPT = textwrap.dedent(
     tracer.add_span_processor(pipeline.span_processor)
     tracer.get_tracer("test").start_span("one span").end()
     print(json.dumps(sorted(t.name for t in threading.enumerate())), flush=True)
+    tasks = pathlib.Path("/proc/self/task")
+    print(json.dumps(sorted((t / "comm").read_text().strip() for t in tasks.iterdir())), flush=True)
     sys.stdin.readline()  # the test has seen the records arrive
     ok = pipeline.shutdown(5.0)
     meters.shutdown()
@@ -111,6 +113,7 @@ def test_every_signal_goes_through_one_export_thread(grpc_receiver: OtlpReceiver
     ) as proc:
         assert proc.stdin is not None and proc.stdout is not None
         threads = json.loads(proc.stdout.readline())
+        kernel_names = json.loads(proc.stdout.readline())
         # Before any flush or shutdown: the thread sent them, each signal when it was due.
         assert grpc_receiver.wait_for_logs(1)[0]["body"] == "one log"
         assert grpc_receiver.wait_for_spans(1)[0]["name"] == "one span"
@@ -120,6 +123,7 @@ def test_every_signal_goes_through_one_export_thread(grpc_receiver: OtlpReceiver
         ok, after = json.loads(proc.stdout.readline())
         assert proc.wait(30) == 0
     assert threads.count(THREAD_NAME) == 1, threads
+    assert kernel_names.count(THREAD_NAME[:15]) == 1, kernel_names  # what top -H shows
     assert [t for t in threads if t.startswith(("OtelBatch", "OtelPeriodic"))] == []
     assert ok and THREAD_NAME not in after  # it ends with the last exporter's shutdown
 

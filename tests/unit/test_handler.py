@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
@@ -217,6 +218,18 @@ def test_emit_only_queues_the_worker_processes_and_flush_exports(
     assert stats["exported"] == memory.log_count() + len(memory.span_names())
     assert stats["internal_errors"] == stats["dropped_queue_full"] == 0
     assert memory.logs.threads == {"elastic-otel"}  # exported on the event_thread, never the caller
+
+
+def test_the_event_thread_has_its_name_in_the_kernel(
+    memory: Memory, handlers: Callable[[Memory], OtelHandler]
+) -> None:
+    """``top -H`` and ``ps -T`` show the kernel's name of a thread, not Python's."""
+    handler = handlers(memory)
+    handler.start()
+    event_thread = handler._event_thread
+    assert event_thread is not None and event_thread._thread is not None
+    comm = Path(f"/proc/self/task/{event_thread._thread.native_id}/comm")
+    wait_until(lambda: comm.read_text().strip() == "elastic-otel", what="the kernel's name")
 
 
 def test_torch_event_objects_are_accepted_by_info(
