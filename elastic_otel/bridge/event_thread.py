@@ -285,8 +285,7 @@ class EventThread:
         name_native_thread(THREAD_NAME)
         _bridge_thread.inside = True
         found = True
-        poller, polled = select.poll(), self._fds
-        poller.register(self._wake_r, select.POLLIN)
+        poller, polled = self._poller()  # with what was watched before the thread ran
         try:
             while not self._stopped:
                 if polled is not self._fds:

@@ -753,6 +753,33 @@ def test_an_idle_event_thread_sleeps_and_the_next_event_wakes_it() -> None:
         events.stop()
 
 
+def test_a_descriptor_watched_before_the_event_thread_runs_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The signal wakeup fd is watched right after the thread starts, often before its loop
+    does: a thread slow to get going (here by 0.3 s) must still poll it."""
+    import socket
+
+    import elastic_otel.bridge.event_thread as event_thread
+
+    name = event_thread.name_native_thread
+    monkeypatch.setattr(event_thread, "name_native_thread", lambda n: (time.sleep(0.3), name(n)))
+    events = EventThread(_TimedSink(), EventCounters(), 100)
+    events.start()
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    read: list[bytes] = []
+    try:
+        assert events.watch_fd(reader.fileno(), lambda: read.append(reader.recv(64)) is None)
+        writer.send(b"\x02")
+        wait_until(lambda: read == [b"\x02"], what="the descriptor read")
+    finally:
+        events.close("test", False, 5.0)
+        events.stop()
+        reader.close()
+        writer.close()
+
+
 def test_the_event_thread_runs_tasks_when_due_and_reads_watched_descriptors() -> None:
     """One thread serves the agent's periodic work (worker output, the training watch) and
     the signal wakeup fd beside the events: each task runs when it said it is due, a
