@@ -449,6 +449,7 @@ class _StackRequest:
         self.found: dict[int, str] = {}
         self.sizes: dict[int, int] = {}
         self.dumped: set[int] = set()
+        self.published = False
 
     def poll(self) -> bool:
         """Look once; whether the wait is over (all came, or the deadline passed)."""
@@ -466,6 +467,7 @@ class _StackRequest:
                 if text:
                     found[rank] = text
             sizes[rank] = size
+        self._publish(final=False)
         for worker in self.group.workers:
             rank = worker.global_rank
             if rank in self.dumps_asked and rank not in self.dumped:
@@ -490,10 +492,21 @@ class _StackRequest:
         ]
         unanswered = set(self.dumps_asked) - self.dumped
         dumps = _gather_dumps(group.workers, self.dumped, unanswered, self.reason)
-        if stall is not None and stall.waited_for and group.stall_exchange is not None:
-            frame = main_thread_frame(found.get(stall.waited_for[0], "")) or ""
-            group.stall_exchange.publish(stall, frame)
+        self._publish(final=True)
         group.report(self.reason, stacks, stall, dumps)
+
+    def _publish(self, final: bool) -> None:
+        """Tell the other nodes the rank this node's stall waits for, with its innermost frame,
+        as soon as its stack came (the other nodes name it from this), not after the Flight
+        Recorder dumps, which may take the whole wait; at the end without it if it never came."""
+        stall, exchange = self.stall, self.group.stall_exchange
+        if self.published or stall is None or not stall.waited_for or exchange is None:
+            return
+        text = self.found.get(stall.waited_for[0])
+        if text is None and not final:
+            return
+        self.published = True
+        exchange.publish(stall, main_thread_frame(text or "") or "")
 
 
 def _with_watchdog(stall: TrainingStall, workers: list[WatchedWorker]) -> TrainingStall:
