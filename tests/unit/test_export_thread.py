@@ -95,6 +95,9 @@ SCRIPT = textwrap.dedent(
     sys.stdin.readline()  # the test has seen the records arrive
     ok = pipeline.shutdown(5.0)
     meters.shutdown()
+    for thread in threading.enumerate():  # it ends on its own once its last job is gone
+        if thread.name == "elastic-otel-export":
+            thread.join(5.0)
     print(json.dumps([ok, sorted(t.name for t in threading.enumerate())]), flush=True)
     """
 )
